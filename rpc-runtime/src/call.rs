@@ -1,0 +1,489 @@
+//! The call frame: how a typed call travels over a port (`no_std`).
+//!
+//! A call made through a `#[gpu_rpc]` stub is this exchange (every step on
+//! one side mirrored on the other):
+//!
+//! 1. **Frame** (client → server): packet 0 holds, per lane, the 8-byte
+//!    [frame word](FrameWord) and the first 56 bytes of the *argument block*;
+//!    further packets carry the rest of the block, 64 bytes each. The block is
+//!    `in_streams` × `u64` byte lengths of the streamed inputs, `out_streams` ×
+//!    `u64` element counts of the out-buffers, then the encoded arguments.
+//! 2. **Streams** (client → server): for each `&str`/`&[T]` argument,
+//!    `ceil(bytes / 64)` packets of the encoded elements, packed densely; each
+//!    lane streams its own slice and the warp loops until every lane is done.
+//! 3. **Reply** (server → client, unless the method is fire-and-forget):
+//!    packet 0 holds, per lane, a [`Status`] word and the first 56 bytes of the
+//!    encoded return value; further packets the rest.
+//! 4. **Out-buffers** (server → client, lanes whose status is `Ok`): for each
+//!    `&mut [T]`, `ceil(len / (64 / size_of T))` packets of whole elements.
+//! 5. Both sides close.
+//!
+//! Because the frame word states how many packets of arguments and streams
+//! follow, a server can consume a call it does not know (an unknown opcode, a
+//! signature from another build) and answer it with an error status: nothing
+//! hangs and the port returns to its idle state.
+
+use crate::lanes;
+use crate::protocol::{Buffer, Client, ClientSide, Port, Received, Sent, BUFFER_BYTES};
+use crate::wire::Wire;
+use core::fmt;
+
+/// Frame format version carried in every frame word.
+pub const FRAME_VERSION: u8 = 1;
+/// Most bytes of encoded arguments a method may take (spilled over packets).
+pub const MAX_ARG_BYTES: usize = 4096;
+/// Most bytes of encoded return value a method may give.
+pub const MAX_RET_BYTES: usize = 4096;
+/// Most streamed inputs (`&str`/`&[T]`) per method.
+pub const MAX_IN_STREAMS: usize = 7;
+/// Most out-buffers (`&mut [T]`) per method.
+pub const MAX_OUT_STREAMS: usize = 7;
+/// Bytes of packet 0 after the frame or status word.
+pub const FIRST_PAYLOAD: usize = BUFFER_BYTES - 8;
+
+/// The outcome of a call for one lane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Status {
+    /// The host ran the method.
+    Ok = 0,
+    /// No service on the server has this opcode.
+    UnknownOpcode = 1,
+    /// The server has the opcode with another signature (host and kernel were
+    /// built from different definitions).
+    SignatureMismatch = 2,
+    /// The host implementation panicked.
+    HandlerPanicked = 3,
+    /// An argument was not a valid value (bad UTF-8, `bool`, `char`, ...);
+    /// the detail word names the argument.
+    InvalidArgument = 4,
+    /// A streamed argument or out-buffer is over the server's size limit.
+    TooLarge = 5,
+    /// The frame could not be parsed (wrong version, lanes disagree).
+    BadFrame = 6,
+    /// The header's lane mask is empty or names lanes the layout lacks.
+    InvalidLaneMask = 7,
+    /// A status this build does not know.
+    Unknown = 0xffff_ffff,
+}
+
+impl Status {
+    /// The status for a raw word.
+    ///
+    /// ```
+    /// use rpc_runtime::Status;
+    /// assert_eq!(Status::from_u32(1), Status::UnknownOpcode);
+    /// assert_eq!(Status::from_u32(99), Status::Unknown);
+    /// ```
+    pub const fn from_u32(v: u32) -> Status {
+        match v {
+            0 => Status::Ok,
+            1 => Status::UnknownOpcode,
+            2 => Status::SignatureMismatch,
+            3 => Status::HandlerPanicked,
+            4 => Status::InvalidArgument,
+            5 => Status::TooLarge,
+            6 => Status::BadFrame,
+            7 => Status::InvalidLaneMask,
+            _ => Status::Unknown,
+        }
+    }
+
+    /// A short description.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::UnknownOpcode => "unknown opcode: no service on the host handles it",
+            Status::SignatureMismatch => "signature mismatch: host and kernel were built from different definitions",
+            Status::HandlerPanicked => "the host implementation panicked",
+            Status::InvalidArgument => "invalid argument",
+            Status::TooLarge => "argument over the server's size limit",
+            Status::BadFrame => "malformed call frame",
+            Status::InvalidLaneMask => "invalid lane mask",
+            Status::Unknown => "unknown status",
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failed call, as the device sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallError {
+    /// What went wrong.
+    pub status: Status,
+    /// Status-specific detail (for `InvalidArgument`, the argument's index).
+    pub detail: u32,
+    /// The call.
+    pub desc: &'static CallDesc,
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "gpu_rpc: call to {}::{} (opcode {:#010x}) failed: {}",
+            self.desc.service, self.desc.method, self.desc.opcode, self.status
+        )?;
+        if self.status == Status::InvalidArgument {
+            write!(f, " (argument {})", self.detail)?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything both sides know statically about one method; generated by
+/// `#[gpu_rpc]` as a `const`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CallDesc {
+    /// The trait's name.
+    pub service: &'static str,
+    /// The method's name.
+    pub method: &'static str,
+    /// The opcode.
+    pub opcode: u32,
+    /// A hash of the method's name and wire types.
+    pub signature: u32,
+    /// `false` for fire-and-forget methods.
+    pub reply: bool,
+    /// Streamed inputs.
+    pub in_streams: u8,
+    /// Out-buffers, with their element sizes.
+    pub out_elem_sizes: &'static [u32],
+    /// Bytes of encoded scalar arguments.
+    pub arg_bytes: u32,
+    /// Bytes of encoded return value.
+    pub ret_bytes: u32,
+}
+
+impl CallDesc {
+    /// Bytes of the argument block (lengths, counts, arguments).
+    pub const fn block_len(&self) -> usize {
+        8 * (self.in_streams as usize + self.out_elem_sizes.len()) + self.arg_bytes as usize
+    }
+
+    /// The frame word for this method.
+    pub const fn frame_word(&self) -> FrameWord {
+        FrameWord {
+            version: FRAME_VERSION,
+            reply: self.reply,
+            in_streams: self.in_streams,
+            out_streams: self.out_elem_sizes.len() as u8,
+            arg_bytes: self.arg_bytes as u16,
+            signature: self.signature,
+        }
+    }
+
+    /// Compile-time checks of a generated description; `#[gpu_rpc]` calls this
+    /// in a `const _: () = ...;`, so an impossible layout is a compile error.
+    pub const fn check(&self) {
+        assert!(self.arg_bytes as usize <= MAX_ARG_BYTES, "gpu_rpc: the method's arguments exceed MAX_ARG_BYTES (4096 bytes)");
+        assert!(self.ret_bytes as usize <= MAX_RET_BYTES, "gpu_rpc: the method's return value exceeds MAX_RET_BYTES (4096 bytes)");
+        assert!(self.in_streams as usize <= MAX_IN_STREAMS, "gpu_rpc: more than 7 &str/&[T] arguments");
+        assert!(self.out_elem_sizes.len() <= MAX_OUT_STREAMS, "gpu_rpc: more than 7 &mut [T] arguments");
+        let mut i = 0;
+        while i < self.out_elem_sizes.len() {
+            let s = self.out_elem_sizes[i] as usize;
+            assert!(s > 0 && s <= BUFFER_BYTES, "gpu_rpc: out-buffer elements must be 1..=64 bytes");
+            i += 1;
+        }
+        assert!(self.opcode >= crate::protocol::opcodes::FIRST_USER, "gpu_rpc: opcodes below 0x10000 are reserved for the runtime");
+    }
+}
+
+/// The first word of a call frame.
+///
+/// Bits: `0..32` signature, `32..48` argument bytes, `48..51` streamed inputs,
+/// `51..54` out-buffers, `54` reply expected, `56..64` version.
+///
+/// ```
+/// use rpc_runtime::call::FrameWord;
+/// let w = FrameWord { version: 1, reply: true, in_streams: 2, out_streams: 1, arg_bytes: 300, signature: 0xabcd };
+/// assert_eq!(FrameWord::unpack(w.pack()), w);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameWord {
+    /// [`FRAME_VERSION`].
+    pub version: u8,
+    /// A reply is expected.
+    pub reply: bool,
+    /// Streamed inputs (0..=7).
+    pub in_streams: u8,
+    /// Out-buffers (0..=7).
+    pub out_streams: u8,
+    /// Bytes of encoded arguments.
+    pub arg_bytes: u16,
+    /// The method signature hash.
+    pub signature: u32,
+}
+
+impl FrameWord {
+    /// Pack into a `u64`.
+    pub const fn pack(self) -> u64 {
+        self.signature as u64
+            | (self.arg_bytes as u64) << 32
+            | ((self.in_streams & 7) as u64) << 48
+            | ((self.out_streams & 7) as u64) << 51
+            | (self.reply as u64) << 54
+            | (self.version as u64) << 56
+    }
+
+    /// Unpack from a `u64`.
+    pub const fn unpack(w: u64) -> FrameWord {
+        FrameWord {
+            signature: w as u32,
+            arg_bytes: (w >> 32) as u16,
+            in_streams: ((w >> 48) & 7) as u8,
+            out_streams: ((w >> 51) & 7) as u8,
+            reply: (w >> 54) & 1 == 1,
+            version: (w >> 56) as u8,
+        }
+    }
+
+    /// Bytes of the argument block this frame announces.
+    pub const fn block_len(self) -> usize {
+        8 * (self.in_streams as usize + self.out_streams as usize) + self.arg_bytes as usize
+    }
+}
+
+/// Packets after packet 0 needed for `len` bytes whose first
+/// [`FIRST_PAYLOAD`] bytes ride in packet 0.
+///
+/// ```
+/// use rpc_runtime::call::spill_packets;
+/// assert_eq!(spill_packets(56), 0);
+/// assert_eq!(spill_packets(57), 1);
+/// assert_eq!(spill_packets(56 + 128), 2);
+/// ```
+pub const fn spill_packets(len: usize) -> u64 {
+    len.saturating_sub(FIRST_PAYLOAD).div_ceil(BUFFER_BYTES) as u64
+}
+
+/// Packets of a dense byte stream of `bytes` bytes.
+pub const fn stream_packets(bytes: u64) -> u64 {
+    bytes.div_ceil(BUFFER_BYTES as u64)
+}
+
+/// Packets of an out-buffer of `count` elements of `elem_size` bytes (whole
+/// elements per packet).
+pub const fn out_packets(count: u64, elem_size: u32) -> u64 {
+    let per = (BUFFER_BYTES / elem_size as usize) as u64;
+    count.div_ceil(per)
+}
+
+/// Copy `block[..]` into the payload of packet `i` of a frame or reply (`i =
+/// 0` is packet 0, which starts after the first word).
+#[inline(always)]
+fn fill_block(i: u64, block: &[u8], b: &mut Buffer) {
+    let (start, dst_off) = if i == 0 { (0, 8) } else { (FIRST_PAYLOAD + (i as usize - 1) * BUFFER_BYTES, 0) };
+    if start < block.len() {
+        let n = (block.len() - start).min(BUFFER_BYTES - dst_off);
+        b.bytes_mut()[dst_off..dst_off + n].copy_from_slice(&block[start..start + n]);
+    }
+}
+
+/// Copy the payload of packet `i` into `block`.
+#[inline(always)]
+fn read_block(i: u64, b: &Buffer, block: &mut [u8]) {
+    let (start, src_off) = if i == 0 { (0, 8) } else { (FIRST_PAYLOAD + (i as usize - 1) * BUFFER_BYTES, 0) };
+    if start < block.len() {
+        let n = (block.len() - start).min(BUFFER_BYTES - src_off);
+        block[start..start + n].copy_from_slice(&b.bytes()[src_off..src_off + n]);
+    }
+}
+
+/// Public wrappers of the block copies for the server module.
+#[doc(hidden)]
+pub fn __fill_block(i: u64, block: &[u8], b: &mut Buffer) {
+    fill_block(i, block, b)
+}
+#[doc(hidden)]
+pub fn __read_block(i: u64, b: &Buffer, block: &mut [u8]) {
+    read_block(i, b, block)
+}
+
+/// A call in progress on the client, after its frame was sent. Generated
+/// stubs drive it: [`stream`](Self::stream) each input, then
+/// [`reply`](Self::reply) (or [`finish_async`](Self::finish_async)),
+/// [`out`](Self::out) each out-buffer and [`close`](Self::close).
+#[must_use = "a call must be finished with `close()` or `finish_async()`"]
+pub struct ClientCall<'p, 'a> {
+    port: Port<'p, 'a, ClientSide, Sent>,
+    desc: &'static CallDesc,
+}
+
+/// A call after its reply arrived.
+#[must_use = "a call must be finished with `close()`"]
+pub struct ClientReply<'p, 'a> {
+    port: Port<'p, 'a, ClientSide, Received>,
+    status: Status,
+    detail: u32,
+    desc: &'static CallDesc,
+}
+
+impl<'a> Client<'a> {
+    /// Start the call `desc`: open a port for its opcode and send the frame
+    /// with `block` (this lane's argument block, `desc.block_len()` bytes).
+    #[inline]
+    pub fn begin<'p>(&'p self, desc: &'static CallDesc, block: &[u8]) -> ClientCall<'p, 'a> {
+        debug_assert_eq!(block.len(), desc.block_len());
+        let word = desc.frame_word().pack();
+        let port = self.open(desc.opcode).send(|b| {
+            b.data[0] = word;
+            fill_block(0, block, b);
+        });
+        let port = port.send_packets(spill_packets(block.len()), |i, b| fill_block(i + 1, block, b));
+        ClientCall { port, desc }
+    }
+
+    /// Make the runtime's no-op call (opcode [`NOOP`](crate::protocol::opcodes::NOOP))
+    /// with one `u64` in and out: the host answers `x + 1`. The null round
+    /// trip of the benchmarks.
+    #[inline]
+    pub fn noop(&self, x: u64) -> Result<u64, CallError> {
+        let call = self.begin(&NOOP_DESC, &x.to_le_bytes());
+        let mut ret = [0u8; 8];
+        let reply = call.reply(&mut ret);
+        let r = reply.result().map(|()| u64::from_le_bytes(ret));
+        reply.close();
+        r
+    }
+}
+
+/// The runtime's no-op call.
+pub static NOOP_DESC: CallDesc = CallDesc {
+    service: "gpu_rpc",
+    method: "noop",
+    opcode: crate::protocol::opcodes::NOOP,
+    signature: 0x6e6f_6f70,
+    reply: true,
+    in_streams: 0,
+    out_elem_sizes: &[],
+    arg_bytes: 8,
+    ret_bytes: 8,
+};
+
+impl<'p, 'a> ClientCall<'p, 'a> {
+    /// Stream this lane's `items` (after the frame, in argument order).
+    #[inline]
+    pub fn stream<T: Wire>(self, items: &[T]) -> Self {
+        let bytes = (items.len() * T::SIZE) as u64;
+        let raw = T::slice_as_bytes(items);
+        let port = self.port.send_packets(stream_packets(bytes), |i, b| {
+            let start = i as usize * BUFFER_BYTES;
+            let end = (start + BUFFER_BYTES).min(bytes as usize);
+            let dst = &mut b.bytes_mut()[..end - start];
+            match raw {
+                Some(r) => dst.copy_from_slice(&r[start..end]),
+                None => encode_range(items, start, dst),
+            }
+        });
+        ClientCall { port, desc: self.desc }
+    }
+
+    /// Finish a fire-and-forget call without waiting for the host.
+    #[inline]
+    pub fn finish_async(self) {
+        self.port.close()
+    }
+
+    /// Wait for the reply: this lane's status, and the encoded return value in
+    /// `ret` (`desc.ret_bytes` bytes).
+    #[inline]
+    pub fn reply(self, ret: &mut [u8]) -> ClientReply<'p, 'a> {
+        let mut word = 0u64;
+        let port = self.port.recv(|b| {
+            word = b.data[0];
+            read_block(0, b, ret);
+        });
+        let port = port.recv_packets(spill_packets(ret.len()), |i, b| read_block(i + 1, b, ret));
+        ClientReply { port, status: Status::from_u32(word as u32), detail: (word >> 32) as u32, desc: self.desc }
+    }
+}
+
+/// Encode the bytes `[start, start + dst.len())` of the dense encoding of
+/// `items` into `dst` (elements may straddle packets).
+#[inline(always)]
+fn encode_range<T: Wire>(items: &[T], start: usize, dst: &mut [u8]) {
+    let size = T::SIZE;
+    let end = start + dst.len();
+    let mut e = start / size;
+    let mut tmp = [0u8; 256];
+    while e * size < end && e < items.len() {
+        let es = e * size;
+        if size <= tmp.len() {
+            items[e].encode(&mut tmp[..size]);
+            let from = start.max(es);
+            let to = end.min(es + size);
+            dst[from - start..to - start].copy_from_slice(&tmp[from - es..to - es]);
+        }
+        e += 1;
+    }
+}
+
+impl<'p, 'a> ClientReply<'p, 'a> {
+    /// This lane's status.
+    pub fn status(&self) -> Status {
+        self.status
+    }
+
+    /// `Ok(())` or this lane's error.
+    pub fn result(&self) -> Result<(), CallError> {
+        match self.status {
+            Status::Ok => Ok(()),
+            status => Err(CallError { status, detail: self.detail, desc: self.desc }),
+        }
+    }
+
+    /// Receive the next out-buffer into `out` (only lanes whose call succeeded
+    /// receive; the others keep their buffer unchanged).
+    #[inline]
+    pub fn out<T: Wire>(self, out: &mut [T]) -> Self {
+        let ok = self.status == Status::Ok;
+        let size = T::SIZE;
+        let per = BUFFER_BYTES / size;
+        let packets = if ok { out_packets(out.len() as u64, size as u32) } else { 0 };
+        let ClientReply { port, status, detail, desc } = self;
+        let port = match T::slice_as_bytes_mut(out) {
+            Some(raw) => port.recv_packets(packets, |i, b| {
+                let start = i as usize * BUFFER_BYTES;
+                let n = (raw.len() - start).min(BUFFER_BYTES);
+                raw[start..start + n].copy_from_slice(&b.bytes()[..n]);
+            }),
+            None => port.recv_packets(packets, |i, b| {
+                let first = i as usize * per;
+                for (k, slot) in out.iter_mut().skip(first).take(per).enumerate() {
+                    if let Ok(v) = T::decode(&b.bytes()[k * size..(k + 1) * size]) {
+                        *slot = v;
+                    }
+                }
+            }),
+        };
+        ClientReply { port, status, detail, desc }
+    }
+
+    /// Close the port.
+    #[inline]
+    pub fn close(self) {
+        self.port.close()
+    }
+}
+
+/// Called by generated stubs when a call fails and the caller used the
+/// panicking form: panics with the error's message (on a GPU this traps; with
+/// the standard services' panic handler the message reaches the host).
+#[cold]
+#[inline(never)]
+pub fn fail(err: CallError) -> ! {
+    panic!("{}", err)
+}
+
+/// End this lane after a `-> !` method returned from the host.
+#[inline(always)]
+pub fn halt() -> ! {
+    lanes::halt()
+}

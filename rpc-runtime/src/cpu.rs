@@ -1,0 +1,266 @@
+//! The CPU backend: a shared region in host memory, client lanes run by host
+//! threads (each thread a one-lane warp), served by one or more host server
+//! threads. It runs the same protocol, frames and generated code as a GPU,
+//! so everything can be tested on a machine without one.
+//!
+//! ```
+//! use rpc_runtime::cpu::{Launch, run};
+//! use rpc_runtime::server::{Dispatcher, ServerConfig};
+//! let d = Dispatcher::new(ServerConfig::default());
+//! let report = run(&Launch { threads: 4, port_count: 2, ..Launch::default() }, &d, |client, _t| {
+//!     assert_eq!(client.noop(41).unwrap(), 42);
+//! })
+//! .unwrap();
+//! assert_eq!(report.calls, 4);
+//! ```
+
+use std::alloc::{alloc_zeroed, dealloc, Layout as AllocLayout};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::lanes::Halt;
+use crate::protocol::{self, lock_words, Client, Layout, Parts, Server};
+use crate::server::Dispatcher;
+
+/// A shared region and the two sides' lock arrays, in host memory.
+pub struct Region {
+    layout: Layout,
+    base: *mut u8,
+    client_locks: Box<[AtomicU32]>,
+    server_locks: Box<[AtomicU32]>,
+}
+
+// SAFETY: the region is plain memory accessed only through atomics by the
+// protocol; the raw pointer is owned by this struct.
+unsafe impl Send for Region {}
+// SAFETY: as above.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// A zeroed region for `layout`.
+    pub fn new(layout: Layout) -> Region {
+        let al = Self::alloc_layout(layout);
+        // SAFETY: the size is non-zero (every layout has at least one port).
+        let base = unsafe { alloc_zeroed(al) };
+        assert!(!base.is_null(), "gpu_rpc: out of memory for the shared region");
+        let words = lock_words(layout.port_count());
+        Region {
+            layout,
+            base,
+            client_locks: (0..words).map(|_| AtomicU32::new(0)).collect(),
+            server_locks: (0..words).map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+
+    fn alloc_layout(layout: Layout) -> AllocLayout {
+        AllocLayout::from_size_align(layout.allocation_size(), 64).expect("region layout")
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// The client side of the region.
+    pub fn client(&self) -> Client<'_> {
+        // SAFETY: the region is laid out by `layout`, 64-byte aligned, zeroed
+        // and lives as long as the returned client borrows `self`; the client
+        // lock array is used by clients only.
+        unsafe {
+            Client::from_parts(self.layout, Parts::from_region(self.base, self.layout), self.client_locks.as_ptr() as *const _)
+        }
+    }
+
+    /// The server side of the region.
+    pub fn server(&self) -> Server<'_> {
+        // SAFETY: as in `client`, with the server lock array.
+        unsafe {
+            Server::from_parts(self.layout, Parts::from_region(self.base, self.layout), self.server_locks.as_ptr() as *const _)
+        }
+    }
+
+    /// Whether every port is idle and unlocked on both sides (after a run).
+    pub fn is_quiescent(&self) -> bool {
+        // SAFETY: the client lock array has `lock_words(port_count)` words.
+        let clients = unsafe { protocol::client_locks_clear(self.client_locks.as_ptr() as *const _, self.layout.port_count()) };
+        clients && self.server().all_idle()
+    }
+
+    /// Raw access to the shared region, for fault-injection tests that play a
+    /// misbehaving device.
+    ///
+    /// # Safety
+    /// Writing the region while a protocol side runs breaks its invariants;
+    /// the server stays memory-safe (it validates what it reads), the clients
+    /// may hang.
+    pub unsafe fn raw(&self) -> *mut u8 {
+        self.base
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with the same layout.
+        unsafe { dealloc(self.base, Self::alloc_layout(self.layout)) }
+    }
+}
+
+/// How to run a CPU "kernel".
+#[derive(Clone, Debug)]
+pub struct Launch {
+    /// Client threads (each a one-lane warp).
+    pub threads: usize,
+    /// Server threads; each scans its own slice of the ports first, then the
+    /// rest.
+    pub server_threads: usize,
+    /// Ports in the region.
+    pub port_count: u32,
+    /// Lanes per packet in the layout (clients use lane 0; a larger value
+    /// gives the GPU's memory layout).
+    pub lane_size: u32,
+}
+
+impl Default for Launch {
+    fn default() -> Self {
+        Launch { threads: 4, server_threads: 1, port_count: 64, lane_size: 1 }
+    }
+}
+
+/// What a run did.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// Calls served.
+    pub calls: u64,
+    /// Errors the server recorded.
+    pub errors: u64,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+    /// Lanes that ended by a `-> !` method (`halt`).
+    pub halted: usize,
+}
+
+/// A client thread panicked.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("gpu_rpc cpu backend: client thread {thread} panicked: {message}")]
+pub struct LanePanic {
+    /// The thread's index.
+    pub thread: usize,
+    /// The panic message.
+    pub message: String,
+}
+
+/// The kernel's view of its thread.
+#[derive(Clone, Copy, Debug)]
+pub struct ThreadIdx {
+    /// This thread's index.
+    pub id: usize,
+    /// Threads in the launch.
+    pub count: usize,
+}
+
+/// Run `kernel` on `launch.threads` client threads against a fresh region,
+/// served by `dispatcher` on `launch.server_threads` threads, until every
+/// client thread has finished and every call has been served.
+pub fn run<F>(launch: &Launch, dispatcher: &Dispatcher, kernel: F) -> Result<Report, LanePanic>
+where
+    F: Fn(&Client<'_>, ThreadIdx) + Sync,
+{
+    let layout = Layout::new(launch.port_count, launch.lane_size).expect("gpu_rpc: invalid port count or lane size");
+    let region = Region::new(layout);
+    run_on(&region, launch, dispatcher, kernel)
+}
+
+/// [`run`] on an existing region (so a test can inspect it afterwards).
+pub fn run_on<F>(region: &Region, launch: &Launch, dispatcher: &Dispatcher, kernel: F) -> Result<Report, LanePanic>
+where
+    F: Fn(&Client<'_>, ThreadIdx) + Sync,
+{
+    let start = Instant::now();
+    let calls_before = dispatcher.calls();
+    let errors_before = dispatcher.error_count();
+    let done = AtomicBool::new(false);
+    let halted = AtomicUsize::new(0);
+    let server_threads = launch.server_threads.max(1) as u32;
+    let ports = region.layout().port_count();
+    let mut panics = Vec::new();
+    let mut abandoned = None;
+    std::thread::scope(|s| {
+        let servers: Vec<_> = (0..server_threads)
+            .map(|t| {
+                let done = &done;
+                s.spawn(move || {
+                    let server = region.server().with_abort(done);
+                    let lo = t * ports / server_threads;
+                    let hi = (t + 1) * ports / server_threads;
+                    loop {
+                        // Acquire: once `done` is seen, every client's last
+                        // outbox flip is visible to the final drain below.
+                        let finished = done.load(Ordering::Acquire);
+                        let mut n = dispatcher.poll(&server, lo..hi)?;
+                        if server_threads > 1 {
+                            n += dispatcher.poll(&server, 0..lo)? + dispatcher.poll(&server, hi..ports)?;
+                        }
+                        if finished && n == 0 {
+                            return Ok::<(), protocol::Abandoned>(());
+                        }
+                        if n == 0 {
+                            std::thread::yield_now();
+                        }
+                    }
+                })
+            })
+            .collect();
+        let clients: Vec<_> = (0..launch.threads)
+            .map(|id| {
+                let kernel = &kernel;
+                let halted = &halted;
+                let count = launch.threads;
+                s.spawn(move || {
+                    let client = region.client();
+                    match catch_unwind(AssertUnwindSafe(|| kernel(&client, ThreadIdx { id, count }))) {
+                        Ok(()) => Ok(()),
+                        Err(p) if p.is::<Halt>() => {
+                            // Relaxed: a statistic read after join.
+                            halted.fetch_add(1, Ordering::Relaxed);
+                            Ok(())
+                        }
+                        Err(p) => Err(LanePanic {
+                            thread: id,
+                            message: p
+                                .downcast_ref::<&str>()
+                                .map(|s| s.to_string())
+                                .or_else(|| p.downcast_ref::<String>().cloned())
+                                .unwrap_or_default(),
+                        }),
+                    }
+                })
+            })
+            .collect();
+        for c in clients {
+            if let Err(p) = c.join().expect("client thread") {
+                panics.push(p);
+            }
+        }
+        // Release: pairs with the servers' acquire load of `done`.
+        done.store(true, Ordering::Release);
+        for sv in servers {
+            if let Err(a) = sv.join().expect("server thread") {
+                abandoned = Some(a);
+            }
+        }
+    });
+    if let Some(p) = panics.into_iter().next() {
+        return Err(p);
+    }
+    if let Some(a) = abandoned {
+        return Err(LanePanic { thread: usize::MAX, message: a.to_string() });
+    }
+    Ok(Report {
+        calls: dispatcher.calls() - calls_before,
+        errors: dispatcher.error_count() - errors_before,
+        elapsed: start.elapsed(),
+        // Relaxed: all threads joined.
+        halted: halted.load(Ordering::Relaxed),
+    })
+}

@@ -1,0 +1,305 @@
+//! Warp / wavefront operations the protocol needs, one implementation per
+//! target:
+//!
+//! | target            | lanes | implementation                                  |
+//! |-------------------|-------|-------------------------------------------------|
+//! | `nvptx64`         | 32    | PTX inline assembly (`activemask`, `vote.sync`, `shfl.sync`, `bar.warp.sync`) |
+//! | `amdgpu`          | 64    | LLVM AMDGPU intrinsics (`ballot`, `readfirstlane`, `mbcnt`) |
+//! | everything else   | 1     | the calling host thread is a one-lane warp       |
+//!
+//! All functions are *convergent*: every lane named in `mask` must call them
+//! together. The protocol calls them with the mask captured when a port was
+//! opened, so divergent and partial warps work.
+//!
+//! ```
+//! use rpc_runtime::lanes;
+//! let mask = lanes::lane_mask();
+//! assert_eq!(lanes::LANE_SIZE, 1); // on the host
+//! assert_eq!(mask, 1);
+//! assert!(lanes::is_first_lane(mask));
+//! assert_eq!(lanes::ballot(mask, true), 1);
+//! assert_eq!(lanes::broadcast(mask, 7), 7);
+//! ```
+
+#[cfg(target_arch = "nvptx64")]
+mod imp {
+    use core::arch::asm;
+
+    /// Lanes in a warp.
+    pub const LANE_SIZE: u32 = 32;
+
+    #[inline(always)]
+    pub fn lane_id() -> u32 {
+        let id: u32;
+        // SAFETY: reads a special register; no memory is touched.
+        unsafe { asm!("mov.u32 {0}, %laneid;", out(reg32) id, options(nomem, nostack, preserves_flags)) };
+        id
+    }
+
+    #[inline(always)]
+    pub fn lane_mask() -> u64 {
+        let m: u32;
+        // SAFETY: `activemask` only reads the warp's execution state.
+        unsafe { asm!("activemask.b32 {0};", out(reg32) m, options(nomem, nostack, preserves_flags)) };
+        m as u64
+    }
+
+    #[inline(always)]
+    pub fn ballot(mask: u64, pred: bool) -> u64 {
+        let r: u32;
+        // SAFETY: a warp vote among the lanes in `mask`, all of which call this
+        // (the module's convergence contract); no memory is touched.
+        unsafe {
+            asm!(
+                "{{ .reg .pred p; setp.ne.u32 p, {x}, 0; vote.sync.ballot.b32 {r}, p, {m}; }}",
+                r = out(reg32) r,
+                x = in(reg32) pred as u32,
+                m = in(reg32) mask as u32,
+                options(nomem, nostack, preserves_flags)
+            )
+        };
+        r as u64
+    }
+
+    #[inline(always)]
+    pub fn broadcast(mask: u64, x: u32) -> u32 {
+        let src = (mask as u32).trailing_zeros();
+        let r: u32;
+        // SAFETY: a warp shuffle among the lanes in `mask`, which all call this.
+        unsafe {
+            asm!(
+                "shfl.sync.idx.b32 {r}, {x}, {s}, 31, {m};",
+                r = out(reg32) r,
+                x = in(reg32) x,
+                s = in(reg32) src,
+                m = in(reg32) mask as u32,
+                options(nomem, nostack, preserves_flags)
+            )
+        };
+        r
+    }
+
+    #[inline(always)]
+    pub fn sync(mask: u64) {
+        // SAFETY: a warp barrier among the lanes in `mask`, which all call this.
+        unsafe { asm!("bar.warp.sync {0};", in(reg32) mask as u32, options(nostack, preserves_flags)) };
+    }
+
+    #[inline(always)]
+    pub fn sleep_briefly() {
+        // SAFETY: `nanosleep` (sm_70+) only suspends the thread.
+        unsafe { asm!("nanosleep.u32 64;", options(nomem, nostack, preserves_flags)) };
+    }
+
+    #[inline(always)]
+    pub fn warp_hint() -> u32 {
+        use core::arch::nvptx::*;
+        // SAFETY: reading thread/block ids has no preconditions.
+        unsafe {
+            let block = _block_idx_x() as u32
+                + _grid_dim_x() as u32 * (_block_idx_y() as u32 + _grid_dim_y() as u32 * _block_idx_z() as u32);
+            let tid = _thread_idx_x() as u32
+                + _block_dim_x() as u32 * (_thread_idx_y() as u32 + _block_dim_y() as u32 * _thread_idx_z() as u32);
+            let warps = (_block_dim_x() as u32 * _block_dim_y() as u32 * _block_dim_z() as u32).div_ceil(32);
+            block.wrapping_mul(warps).wrapping_add(tid / 32)
+        }
+    }
+
+    #[inline(always)]
+    pub fn halt() -> ! {
+        // SAFETY: `exit` ends this thread; nothing runs after it.
+        unsafe { asm!("exit;", options(noreturn, nostack)) }
+    }
+}
+
+#[cfg(target_arch = "amdgpu")]
+mod imp {
+    /// Lanes in a wavefront (wave64; the protocol treats wave32 targets as
+    /// 64-lane wavefronts whose upper half is never active).
+    pub const LANE_SIZE: u32 = 64;
+
+    #[allow(improper_ctypes)]
+    extern "C" {
+        #[link_name = "llvm.amdgcn.mbcnt.lo"]
+        fn mbcnt_lo(mask: u32, add: u32) -> u32;
+        #[link_name = "llvm.amdgcn.mbcnt.hi"]
+        fn mbcnt_hi(mask: u32, add: u32) -> u32;
+        #[link_name = "llvm.amdgcn.ballot.i64"]
+        fn ballot_i64(pred: bool) -> u64;
+        #[link_name = "llvm.amdgcn.readfirstlane.i32"]
+        fn readfirstlane(x: u32) -> u32;
+        #[link_name = "llvm.amdgcn.wave.barrier"]
+        fn wave_barrier();
+        #[link_name = "llvm.amdgcn.s.sleep"]
+        fn s_sleep(n: u32);
+        #[link_name = "llvm.amdgcn.s.endpgm"]
+        fn s_endpgm() -> !;
+        #[link_name = "llvm.amdgcn.workgroup.id.x"]
+        fn workgroup_id_x() -> u32;
+        #[link_name = "llvm.amdgcn.workitem.id.x"]
+        fn workitem_id_x() -> u32;
+    }
+
+    #[inline(always)]
+    pub fn lane_id() -> u32 {
+        // SAFETY: mbcnt counts set bits of the given mask below this lane.
+        unsafe { mbcnt_hi(!0, mbcnt_lo(!0, 0)) }
+    }
+    #[inline(always)]
+    pub fn lane_mask() -> u64 {
+        // SAFETY: a ballot of `true` over the active lanes.
+        unsafe { ballot_i64(true) }
+    }
+    #[inline(always)]
+    pub fn ballot(mask: u64, pred: bool) -> u64 {
+        // SAFETY: a wavefront ballot; inactive lanes contribute zero.
+        unsafe { ballot_i64(pred) & mask }
+    }
+    #[inline(always)]
+    pub fn broadcast(_mask: u64, x: u32) -> u32 {
+        // SAFETY: reads `x` from the first active lane, which is the first
+        // lane of `mask` because only lanes of `mask` run this code.
+        unsafe { readfirstlane(x) }
+    }
+    #[inline(always)]
+    pub fn sync(_mask: u64) {
+        // SAFETY: a wavefront executes in lock step; this is a compiler barrier.
+        unsafe { wave_barrier() }
+    }
+    #[inline(always)]
+    pub fn sleep_briefly() {
+        // SAFETY: sleeps this wavefront for about 64 clocks.
+        unsafe { s_sleep(1) }
+    }
+    #[inline(always)]
+    pub fn warp_hint() -> u32 {
+        // SAFETY: reads dispatch ids.
+        unsafe { workgroup_id_x().wrapping_mul(16).wrapping_add(workitem_id_x() / 64) }
+    }
+    #[inline(always)]
+    pub fn halt() -> ! {
+        // SAFETY: ends the wavefront.
+        unsafe { s_endpgm() }
+    }
+}
+
+#[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
+mod imp {
+    /// Lanes in a host "warp": each host thread is a one-lane warp.
+    pub const LANE_SIZE: u32 = 1;
+
+    #[inline(always)]
+    pub fn lane_id() -> u32 {
+        0
+    }
+    #[inline(always)]
+    pub fn lane_mask() -> u64 {
+        1
+    }
+    #[inline(always)]
+    pub fn ballot(mask: u64, pred: bool) -> u64 {
+        mask & pred as u64
+    }
+    #[inline(always)]
+    pub fn broadcast(_mask: u64, x: u32) -> u32 {
+        x
+    }
+    #[inline(always)]
+    pub fn sync(_mask: u64) {}
+    #[inline(always)]
+    pub fn sleep_briefly() {
+        #[cfg(feature = "std")]
+        std::thread::yield_now();
+        #[cfg(not(feature = "std"))]
+        core::hint::spin_loop();
+    }
+    #[inline(always)]
+    pub fn warp_hint() -> u32 {
+        #[cfg(feature = "std")]
+        {
+            use std::sync::atomic::{AtomicU32, Ordering};
+            static NEXT: AtomicU32 = AtomicU32::new(0);
+            std::thread_local!(static HINT: u32 = {
+                // Relaxed: only uniqueness of the value matters, no other memory
+                // is published through this counter.
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            });
+            HINT.with(|h| *h)
+        }
+        #[cfg(not(feature = "std"))]
+        0
+    }
+    #[inline(always)]
+    pub fn halt() -> ! {
+        #[cfg(feature = "std")]
+        std::panic::resume_unwind(std::boxed::Box::new(super::Halt));
+        #[cfg(not(feature = "std"))]
+        panic!("gpu_rpc: lane halted")
+    }
+}
+
+/// The unwind payload [`halt`] throws on the host; the CPU backend catches it
+/// and ends the lane (thread) quietly, like `exit;` ends a GPU thread.
+#[cfg(feature = "std")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Halt;
+
+/// Number of lanes in this target's warp or wavefront (1 on the host).
+pub const LANE_SIZE: u32 = imp::LANE_SIZE;
+
+/// This lane's index inside its warp, `0..LANE_SIZE`.
+#[inline(always)]
+pub fn lane_id() -> u32 {
+    imp::lane_id()
+}
+
+/// The mask of lanes executing this call together.
+#[inline(always)]
+pub fn lane_mask() -> u64 {
+    imp::lane_mask()
+}
+
+/// Bit `i` set iff lane `i` of `mask` passed `pred == true`.
+#[inline(always)]
+pub fn ballot(mask: u64, pred: bool) -> u64 {
+    imp::ballot(mask, pred)
+}
+
+/// `x` as seen by the first lane of `mask`, returned to every lane.
+#[inline(always)]
+pub fn broadcast(mask: u64, x: u32) -> u32 {
+    imp::broadcast(mask, x)
+}
+
+/// Wait until every lane of `mask` reaches this point.
+#[inline(always)]
+pub fn sync(mask: u64) {
+    imp::sync(mask)
+}
+
+/// True on the lowest-numbered lane of `mask`.
+#[inline(always)]
+pub fn is_first_lane(mask: u64) -> bool {
+    lane_id() == mask.trailing_zeros()
+}
+
+/// Back off briefly inside a wait loop (`nanosleep` on NVPTX, `s_sleep` on
+/// AMDGCN, a thread yield on the host).
+#[inline(always)]
+pub fn sleep_briefly() {
+    imp::sleep_briefly()
+}
+
+/// A per-warp number used to spread warps over ports: the global warp index on
+/// a GPU, a per-thread counter on the host. Only its spread matters.
+#[inline(always)]
+pub fn warp_hint() -> u32 {
+    imp::warp_hint()
+}
+
+/// End this lane for good: `exit;` on NVPTX, `s_endpgm` on AMDGCN; on the host
+/// it unwinds with [`Halt`], which the CPU backend catches to end the thread.
+#[inline(always)]
+pub fn halt() -> ! {
+    imp::halt()
+}

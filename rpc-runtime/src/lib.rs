@@ -1,0 +1,45 @@
+//! # rpc-runtime
+//!
+//! The runtime half of `gpu_rpc`: the shared-memory RPC protocol that lets GPU
+//! kernels call host services, and the host backends that serve it.
+//!
+//! * [`protocol`] — the `no_std`, allocation-free protocol core: the shared
+//!   memory [`Layout`](protocol::Layout), the client and server processes, and
+//!   typestate [`Port`](protocol::Port)s. It compiles for the host, for
+//!   `nvptx64-nvidia-cuda` and for `amdgcn-amd-amdhsa`.
+//! * [`lanes`] — warp/wavefront operations (lane id, mask, ballot, broadcast,
+//!   sync) for NVPTX (32 lanes), AMDGCN (64 lanes) and the host (one lane).
+//! * [`wire`] — the [`Wire`](wire::Wire) encoding of arguments and results:
+//!   explicit little-endian bytes, identical on every target, validated on
+//!   decode.
+//! * [`call`] — the call frame that generated client stubs speak: arguments,
+//!   streamed slices, out-buffers, per-lane status. `no_std`.
+//! * `server` (feature `std`) — the host server: port scanning, services,
+//!   dispatch helpers for generated code, error reporting.
+//! * `cpu` (feature `cpu`, default) — the CPU backend: client lanes are host
+//!   threads, so everything runs on a machine without a GPU.
+//!
+//! Most users depend on the `gpu_rpc` facade crate and write a trait with
+//! `#[gpu_rpc]`; this crate is what the generated code calls.
+#![cfg_attr(not(feature = "std"), no_std)]
+#![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch, stdarch_nvptx))]
+#![cfg_attr(target_arch = "amdgpu", feature(link_llvm_intrinsics))]
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+pub mod call;
+pub mod lanes;
+pub mod protocol;
+mod sync;
+pub mod wire;
+
+#[cfg(feature = "std")]
+pub mod server;
+
+#[cfg(feature = "cpu")]
+pub mod cpu;
+
+pub use call::{CallDesc, CallError, Status};
+pub use protocol::{Client, Layout};
+pub use wire::Wire;

@@ -1,0 +1,1176 @@
+//! The shared-memory RPC protocol (`no_std`, no allocation).
+//!
+//! # Memory
+//!
+//! One region of memory both sides can read and write (pinned, mapped host
+//! memory for a GPU) holds, for `port_count` ports and `lane_size` lanes:
+//!
+//! | part            | size                                  | written by |
+//! |-----------------|---------------------------------------|------------|
+//! | client outboxes | `port_count` × `u32` (64-byte rounded) | client     |
+//! | server outboxes | `port_count` × `u32` (64-byte rounded) | server     |
+//! | headers         | `port_count` × 64 B (opcode, lane mask) | client   |
+//! | packets         | `port_count` × `lane_size` × 64 B     | owner of the port |
+//!
+//! [`Layout`] computes the offsets; [`allocation_size`] the total. The port
+//! count is chosen at run time by the host (1 ..= [`MAX_PORTS`]).
+//!
+//! Besides that shared region, each side has **local** lock bits, one per port
+//! (`port_count.div_ceil(32)` words, [`lock_words`]): on a GPU they live in
+//! device memory, so a read-modify-write never crosses the bus.
+//!
+//! # The invariant
+//!
+//! *Each mailbox word is written by exactly one side.* The client writes the
+//! client outbox (the server's inbox), the server writes the server outbox
+//! (the client's inbox). With `C` the client outbox and `S` the server outbox
+//! of a port:
+//!
+//! * the **client owns** the port's header and packet when `S == C`;
+//! * the **server owns** them when `C != S` (it reads its inbox inverted).
+//!
+//! The owner is the only side that touches the packet. It gives ownership
+//! away by flipping its own outbox after a release fence; the other side sees
+//! the flip, issues an acquire fence and only then reads the packet. Shared
+//! words move with plain (relaxed) atomic loads and stores plus explicit
+//! fences — never a read-modify-write, which NVPTX's back end would silently
+//! weaken and which host memory reached over PCIe need not support.
+//!
+//! Within one side, several warps (or server threads) compete for a port; the
+//! side-local lock bit decides which one uses it. One lane takes the lock for
+//! the whole warp.
+//!
+//! # The state machine
+//!
+//! ```text
+//!  client                                     server
+//!  open(opcode)  lock, S == C, write header
+//!  send(fill)    write packet, C := !C  ───►  try_open: C != S, lock
+//!                                              recv(use)   read packet
+//!  recv(use)     wait S == C, read    ◄───     send(fill)  write packet, S := !S
+//!  ...           (every call mirrored on the other side)
+//!  close         unlock                        close  (if owning: S := !S), unlock
+//! ```
+//!
+//! A side that has just received still owns the port, so a `send` right after
+//! a `recv` writes in place; a `recv` after a `recv` first hands the port back.
+//!
+//! # Typestate
+//!
+//! A [`Port`] carries its state in its type: [`Fresh`] (just opened), [`Sent`]
+//! and [`Received`]. `send`, `recv` and `close` consume the port, so a port
+//! cannot be used after closing, a client must send first and a server must
+//! receive first (anything else does not compile). A port that is dropped
+//! without `close` is a **`#[must_use]` warning** (an error under
+//! `-D warnings`, as this project's CI builds) — Rust cannot make it a hard
+//! error without linear types. Matching every `send` on one side with a `recv`
+//! on the other is guaranteed for calls made through `#[gpu_rpc]`, whose client
+//! stub and server dispatch are generated from one description.
+//!
+//! ```compile_fail
+//! # use rpc_runtime::protocol::*;
+//! fn client_must_send_first(client: &Client<'_>) {
+//!     let port = client.open(0x20);
+//!     let port = port.recv(|_| {}); // error: no `recv` on a fresh client port
+//!     port.close();
+//! }
+//! ```
+//!
+//! # Opcodes
+//!
+//! Opcodes are `u32`. `0x0000_0000 ..= 0x0000_FFFF` is reserved for the runtime
+//! ([`opcodes`]); `#[gpu_rpc]` assigns user opcodes from
+//! `0x0001_0000 ..= 0xFFFF_FFFF` (explicit overrides below `0x8000_0000`, hashed
+//! ones at or above it).
+
+use core::marker::PhantomData;
+
+use crate::lanes;
+use crate::sync::{fence, AtomicU32, AtomicU64, Backoff, Ordering};
+
+/// Bytes of one lane's buffer in a packet.
+pub const BUFFER_BYTES: usize = 64;
+/// `u64` words of one lane's buffer.
+pub const BUFFER_WORDS: usize = BUFFER_BYTES / 8;
+/// Most ports a layout may have.
+pub const MAX_PORTS: u32 = 1 << 16;
+/// Most lanes a layout may have (a 64-bit lane mask).
+pub const MAX_LANES: u32 = 64;
+
+/// Opcodes reserved for the runtime (`0x0000 ..= 0xFFFF`).
+pub mod opcodes {
+    /// A call that does nothing and answers `Ok`; used by tests and benchmarks.
+    pub const NOOP: u32 = 0x0001;
+    /// First opcode available to user services.
+    pub const FIRST_USER: u32 = 0x0001_0000;
+    /// First opcode of the hashed range used by `#[gpu_rpc]`.
+    pub const FIRST_HASHED: u32 = 0x8000_0000;
+}
+
+const _: () = assert!(cfg!(target_endian = "little"), "gpu_rpc's wire format assumes little-endian targets");
+
+/// One lane's 64-byte slot of a packet, as the `send`/`recv` closures see it.
+///
+/// Closures work on a private copy: the port copies it to or from shared
+/// memory word by word with atomic accesses, so no reference into memory the
+/// other side can write ever exists.
+///
+/// ```
+/// use rpc_runtime::protocol::Buffer;
+/// let mut b = Buffer::default();
+/// b.bytes_mut()[..5].copy_from_slice(b"hello");
+/// assert_eq!(b.data[0] & 0xff, b'h' as u64);
+/// ```
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+#[repr(C, align(8))]
+pub struct Buffer {
+    /// The words; byte order is little-endian.
+    pub data: [u64; BUFFER_WORDS],
+}
+
+impl Buffer {
+    /// The buffer as bytes.
+    #[inline(always)]
+    pub fn bytes(&self) -> &[u8; BUFFER_BYTES] {
+        // SAFETY: `[u64; 8]` and `[u8; 64]` have the same size, `u8` has no
+        // alignment requirement and every bit pattern is a valid `u8`.
+        unsafe { &*(self.data.as_ptr() as *const [u8; BUFFER_BYTES]) }
+    }
+
+    /// The buffer as mutable bytes.
+    #[inline(always)]
+    pub fn bytes_mut(&mut self) -> &mut [u8; BUFFER_BYTES] {
+        // SAFETY: as in `bytes`; any byte pattern is a valid `[u64; 8]`.
+        unsafe { &mut *(self.data.as_mut_ptr() as *mut [u8; BUFFER_BYTES]) }
+    }
+}
+
+/// A port's header in shared memory: the opcode and the lane mask of the
+/// client warp that opened it. Written by the client only, while it owns the
+/// port.
+#[repr(C, align(64))]
+pub struct SharedHeader {
+    opcode: AtomicU32,
+    _reserved: AtomicU32,
+    mask: AtomicU64,
+}
+
+/// One lane's buffer in shared memory.
+#[repr(C, align(64))]
+pub struct SharedBuffer {
+    data: [AtomicU64; BUFFER_WORDS],
+}
+
+/// The layout of the shared region for a port count and lane size.
+///
+/// ```
+/// use rpc_runtime::protocol::{allocation_size, Layout};
+/// let l = Layout::new(64, 32).unwrap();
+/// assert_eq!(l.allocation_size(), allocation_size(64, 32));
+/// assert_eq!(l.packet_offset(), 2 * 256 + 64 * 64);
+/// assert!(Layout::new(0, 32).is_none());
+/// assert!(Layout::new(64, 65).is_none());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    port_count: u32,
+    lane_size: u32,
+}
+
+const fn round_up(x: usize, to: usize) -> usize {
+    x.div_ceil(to) * to
+}
+
+impl Layout {
+    /// A layout, or `None` when `port_count` is not in `1..=MAX_PORTS` or
+    /// `lane_size` not in `1..=MAX_LANES`.
+    pub const fn new(port_count: u32, lane_size: u32) -> Option<Layout> {
+        if port_count == 0 || port_count > MAX_PORTS || lane_size == 0 || lane_size > MAX_LANES {
+            return None;
+        }
+        Some(Layout { port_count, lane_size })
+    }
+
+    /// Number of ports.
+    pub const fn port_count(&self) -> u32 {
+        self.port_count
+    }
+
+    /// Lanes per packet.
+    pub const fn lane_size(&self) -> u32 {
+        self.lane_size
+    }
+
+    /// Bytes of one mailbox array (rounded up to a cache line so the two sides
+    /// never write the same line).
+    pub const fn mailbox_bytes(&self) -> usize {
+        round_up(self.port_count as usize * 4, 64)
+    }
+
+    /// Offset of the client outboxes (the server's inboxes).
+    pub const fn client_outbox_offset(&self) -> usize {
+        0
+    }
+
+    /// Offset of the server outboxes (the client's inboxes).
+    pub const fn server_outbox_offset(&self) -> usize {
+        self.mailbox_bytes()
+    }
+
+    /// Offset of the per-port headers.
+    pub const fn header_offset(&self) -> usize {
+        2 * self.mailbox_bytes()
+    }
+
+    /// Offset of the packets.
+    pub const fn packet_offset(&self) -> usize {
+        self.header_offset() + self.port_count as usize * 64
+    }
+
+    /// Total bytes of the shared region (64-byte aligned).
+    pub const fn allocation_size(&self) -> usize {
+        self.packet_offset() + self.port_count as usize * self.lane_size as usize * BUFFER_BYTES
+    }
+
+    /// A mask with one bit per lane of this layout.
+    pub const fn full_lane_mask(&self) -> u64 {
+        if self.lane_size == 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.lane_size) - 1
+        }
+    }
+}
+
+/// Bytes of the shared region for `port_count` ports of `lane_size` lanes;
+/// panics (at compile time in a const context) on an invalid layout.
+///
+/// ```
+/// assert_eq!(rpc_runtime::protocol::allocation_size(1, 1), 64 + 64 + 64 + 64);
+/// ```
+pub const fn allocation_size(port_count: u32, lane_size: u32) -> usize {
+    match Layout::new(port_count, lane_size) {
+        Some(l) => l.allocation_size(),
+        None => panic!("invalid layout"),
+    }
+}
+
+/// `u32` words of side-local lock bits for `port_count` ports.
+///
+/// ```
+/// assert_eq!(rpc_runtime::protocol::lock_words(33), 2);
+/// ```
+pub const fn lock_words(port_count: u32) -> usize {
+    port_count.div_ceil(32) as usize
+}
+
+mod private {
+    pub trait Sealed {}
+}
+
+/// Which side of the protocol a process is.
+pub trait Side: private::Sealed {
+    /// True for the server, which reads its inbox inverted.
+    const INVERT: bool;
+}
+
+/// The client (device) side.
+#[derive(Debug)]
+pub enum ClientSide {}
+/// The server (host) side.
+#[derive(Debug)]
+pub enum ServerSide {}
+impl private::Sealed for ClientSide {}
+impl private::Sealed for ServerSide {}
+impl Side for ClientSide {
+    const INVERT: bool = false;
+}
+impl Side for ServerSide {
+    const INVERT: bool = true;
+}
+
+/// A port state.
+pub trait State: private::Sealed {
+    /// The side holding the port owns its buffer in this state.
+    const OWNS: bool;
+    /// The last operation was a receive (the buffer is still held for reading).
+    const RECEIVED: bool;
+}
+
+/// Just opened: the opener owns the buffer. A client must `send` next, a server
+/// must `recv` next.
+#[derive(Debug)]
+pub enum Fresh {}
+/// After a send: the other side owns the buffer.
+#[derive(Debug)]
+pub enum Sent {}
+/// After a receive: this side still owns the buffer.
+#[derive(Debug)]
+pub enum Received {}
+impl private::Sealed for Fresh {}
+impl private::Sealed for Sent {}
+impl private::Sealed for Received {}
+impl State for Fresh {
+    const OWNS: bool = true;
+    const RECEIVED: bool = false;
+}
+impl State for Sent {
+    const OWNS: bool = false;
+    const RECEIVED: bool = false;
+}
+impl State for Received {
+    const OWNS: bool = true;
+    const RECEIVED: bool = true;
+}
+
+/// The server gave up waiting on a port because its abort flag was raised
+/// (the kernel finished or faulted while a call was in flight).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Abandoned {
+    /// The port that was being served.
+    pub port: u32,
+    /// Its opcode.
+    pub opcode: u32,
+}
+
+impl core::fmt::Display for Abandoned {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "call abandoned on port {} (opcode {:#x}): the client stopped before the call finished",
+            self.port, self.opcode
+        )
+    }
+}
+
+/// What one side needs to reach the shared region and its local locks.
+struct Process<'a, S: Side> {
+    layout: Layout,
+    inbox: *const AtomicU32,
+    outbox: *const AtomicU32,
+    header: *const SharedHeader,
+    packet: *const SharedBuffer,
+    locks: *const AtomicU32,
+    abort: Option<&'a core::sync::atomic::AtomicBool>,
+    _side: PhantomData<(S, &'a ())>,
+}
+
+/// Raw pointers to the parts of a shared region, for building a [`Client`] or
+/// a [`Server`] over memory laid out some other way (the loom model tests).
+#[derive(Clone, Copy, Debug)]
+pub struct Parts {
+    /// `port_count` client outbox words.
+    pub client_outbox: *const AtomicU32,
+    /// `port_count` server outbox words.
+    pub server_outbox: *const AtomicU32,
+    /// `port_count` headers.
+    pub headers: *const SharedHeader,
+    /// `port_count * lane_size` lane buffers.
+    pub packets: *const SharedBuffer,
+}
+
+impl Parts {
+    /// The parts of a region laid out by `layout` at `base`.
+    ///
+    /// # Safety
+    /// `base` must be 64-byte aligned and point to `layout.allocation_size()`
+    /// bytes that stay valid (and are only accessed through this protocol)
+    /// for as long as the parts are used.
+    pub unsafe fn from_region(base: *mut u8, layout: Layout) -> Parts {
+        // SAFETY (all four): the offsets lie inside the region by
+        // construction of `Layout`, and are 64-byte aligned.
+        unsafe {
+            Parts {
+                client_outbox: base.add(layout.client_outbox_offset()) as *const AtomicU32,
+                server_outbox: base.add(layout.server_outbox_offset()) as *const AtomicU32,
+                headers: base.add(layout.header_offset()) as *const SharedHeader,
+                packets: base.add(layout.packet_offset()) as *const SharedBuffer,
+            }
+        }
+    }
+}
+
+// SAFETY: a `Process` only holds pointers to atomics (shared memory and
+// locks); every access through them is atomic, so sharing it between threads
+// is sound.
+unsafe impl<S: Side> Send for Process<'_, S> {}
+// SAFETY: as above.
+unsafe impl<S: Side> Sync for Process<'_, S> {}
+
+impl<'a, S: Side> Process<'a, S> {
+    #[inline(always)]
+    fn inbox(&self, index: u32) -> &AtomicU32 {
+        // SAFETY: `index < port_count` (checked by callers); the array has
+        // `port_count` words valid for `'a`.
+        unsafe { &*self.inbox.add(index as usize) }
+    }
+
+    #[inline(always)]
+    fn outbox(&self, index: u32) -> &AtomicU32 {
+        // SAFETY: as for `inbox`.
+        unsafe { &*self.outbox.add(index as usize) }
+    }
+
+    #[inline(always)]
+    fn header(&self, index: u32) -> &SharedHeader {
+        // SAFETY: as for `inbox`.
+        unsafe { &*self.header.add(index as usize) }
+    }
+
+    #[inline(always)]
+    fn lane_buffer(&self, index: u32, lane: u32) -> &SharedBuffer {
+        debug_assert!(lane < self.layout.lane_size);
+        // SAFETY: `index < port_count` and `lane < lane_size`; the packet
+        // array holds `port_count * lane_size` buffers.
+        unsafe { &*self.packet.add(index as usize * self.layout.lane_size as usize + lane as usize) }
+    }
+
+    #[inline(always)]
+    fn lock_word(&self, index: u32) -> &AtomicU32 {
+        // SAFETY: `index / 32 < lock_words(port_count)`.
+        unsafe { &*self.locks.add(index as usize / 32) }
+    }
+
+    /// The other side's mailbox, the same value on every lane of `mask`.
+    #[inline(always)]
+    fn load_inbox(&self, mask: u64, index: u32) -> u32 {
+        // Relaxed: the value only decides whether to wait; the acquire fence in
+        // `wait_for_ownership`/`try_open` orders the packet reads after it.
+        lanes::broadcast(mask, self.inbox(index).load(Ordering::Relaxed))
+    }
+
+    #[inline(always)]
+    fn load_outbox(&self, mask: u64, index: u32) -> u32 {
+        // Relaxed: this side is the only writer of its outbox and the port lock
+        // (acquired with a fence) orders this read after the last holder's
+        // write.
+        lanes::broadcast(mask, self.outbox(index).load(Ordering::Relaxed))
+    }
+
+    /// `true` when this side does not own the port's buffer.
+    #[inline(always)]
+    fn buffer_unavailable(inbox: u32, outbox: u32) -> bool {
+        let want = if S::INVERT { outbox ^ 1 } else { outbox };
+        inbox != want
+    }
+
+    /// Hand the buffer to the other side.
+    #[inline(always)]
+    fn invert_outbox(&self, index: u32, out: u32) -> u32 {
+        let flipped = out ^ 1;
+        // Release (system scope on GPUs): every write this lane made to the
+        // packet and header becomes visible before the flipped outbox is. Each
+        // lane fences and stores the same value (as LLVM libc does), so each
+        // lane's own buffer writes are ordered by its own fence.
+        fence(Ordering::Release);
+        // Relaxed store: ordered by the fence above; a plain store keeps the
+        // single-writer rule (no read-modify-write on shared memory).
+        self.outbox(index).store(flipped, Ordering::Relaxed);
+        flipped
+    }
+
+    /// Wait until this side owns the buffer.
+    #[inline(always)]
+    fn wait_for_ownership(&self, mask: u64, index: u32, out: u32) -> Result<(), ()> {
+        let mut backoff = Backoff::new();
+        let mut polls: u32 = 0;
+        while Self::buffer_unavailable(self.load_inbox(mask, index), out) {
+            if let Some(abort) = self.abort {
+                polls = polls.wrapping_add(1);
+                // Relaxed: the flag carries no data; it only ends the wait.
+                if polls % 64 == 0 && abort.load(core::sync::atomic::Ordering::Relaxed) {
+                    return Err(());
+                }
+            }
+            backoff.snooze();
+        }
+        // Acquire (system scope): the other side's packet writes, published by
+        // its release fence before its outbox flip, are visible to the reads
+        // that follow.
+        fence(Ordering::Acquire);
+        Ok(())
+    }
+
+    /// Try to take the side-local lock of `index` for the warp `mask`.
+    #[inline(always)]
+    fn try_lock(&self, mask: u64, index: u32) -> bool {
+        let bit = 1u32 << (index % 32);
+        let mut before = 0;
+        if lanes::is_first_lane(mask) {
+            // Relaxed RMW: only its atomicity matters here (one winner); the
+            // ordering comes from the acquire fence below (NVPTX drops orderings
+            // on RMWs anyway, see GPU-TOOLCHAIN.md). The lock is side-local, so
+            // this RMW never touches shared memory.
+            before = self.lock_word(index).fetch_or(bit, Ordering::Relaxed);
+        }
+        let before = lanes::broadcast(mask, before);
+        let acquired = before & bit == 0;
+        if acquired {
+            // Acquire: synchronizes with the release fence in `unlock`, so the
+            // previous holder's mailbox and packet accesses happen before ours.
+            fence(Ordering::Acquire);
+        }
+        acquired
+    }
+
+    /// Release the side-local lock of `index`.
+    #[inline(always)]
+    fn unlock(&self, mask: u64, index: u32) {
+        lanes::sync(mask);
+        if lanes::is_first_lane(mask) {
+            // Release: every access this warp made to the port happens before
+            // the next holder's acquire fence in `try_lock`.
+            fence(Ordering::Release);
+            // Relaxed RMW: ordered by the fence above.
+            self.lock_word(index).fetch_and(!(1u32 << (index % 32)), Ordering::Relaxed);
+        }
+    }
+
+    #[inline(always)]
+    fn write_buffer(&self, index: u32, lane: u32, b: &Buffer) {
+        let dst = self.lane_buffer(index, lane);
+        for (w, v) in dst.data.iter().zip(b.data.iter()) {
+            // Relaxed: this side owns the buffer; the release fence in
+            // `invert_outbox` publishes these stores.
+            w.store(*v, Ordering::Relaxed);
+        }
+    }
+
+    #[inline(always)]
+    fn read_buffer(&self, index: u32, lane: u32) -> Buffer {
+        let src = self.lane_buffer(index, lane);
+        let mut b = Buffer::default();
+        for (v, w) in b.data.iter_mut().zip(src.data.iter()) {
+            // Relaxed: the acquire fence after the ownership check orders these
+            // loads after the other side's stores.
+            *v = w.load(Ordering::Relaxed);
+        }
+        b
+    }
+}
+
+/// The client (device) side of the protocol: warps open ports and make calls.
+///
+/// On a GPU it is built from a [`ClientDesc`] passed by the host; on the host
+/// the CPU backend builds one per region.
+pub struct Client<'a> {
+    p: Process<'a, ClientSide>,
+}
+
+/// The server (host) side of the protocol: finds ports with pending calls.
+pub struct Server<'a> {
+    p: Process<'a, ServerSide>,
+}
+
+/// What the host passes to a kernel so the device can build its [`Client`]:
+/// addresses as the device sees them. `#[repr(C)]`, identical on every target.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientDesc {
+    /// Device address of the shared region (64-byte aligned).
+    pub shared: u64,
+    /// Device address of `lock_words(port_count)` zeroed `u32` lock words in
+    /// device-local memory.
+    pub locks: u64,
+    /// Ports in the region.
+    pub port_count: u32,
+    /// Lanes per packet; must equal the device's warp size.
+    pub lane_size: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<ClientDesc>() == 24 && core::mem::align_of::<ClientDesc>() == 8);
+
+impl<'a> Client<'a> {
+    /// A client over `parts`.
+    ///
+    /// # Safety
+    /// The parts must describe a region laid out by `layout`, valid for `'a`;
+    /// `locks` must point to [`lock_words`]`(port_count)` lock words used by
+    /// this client side only (all clients of one region share them).
+    pub unsafe fn from_parts(layout: Layout, parts: Parts, locks: *const AtomicU32) -> Self {
+        Client {
+            p: Process {
+                layout,
+                inbox: parts.server_outbox,
+                outbox: parts.client_outbox,
+                header: parts.headers,
+                packet: parts.packets,
+                locks,
+                abort: None,
+                _side: PhantomData,
+            },
+        }
+    }
+
+    /// A client from the descriptor the host passed to a kernel.
+    ///
+    /// # Safety
+    /// `desc` must describe a live region and lock array (see [`ClientDesc`]);
+    /// `desc.lane_size` must be this target's [`lanes::LANE_SIZE`] or larger.
+    pub unsafe fn from_desc(desc: &ClientDesc) -> Client<'static> {
+        let layout = match Layout::new(desc.port_count, desc.lane_size) {
+            Some(l) => l,
+            None => panic!("gpu_rpc: invalid client descriptor"),
+        };
+        // SAFETY: the caller guarantees the region and locks are live.
+        unsafe {
+            let parts = Parts::from_region(desc.shared as usize as *mut u8, layout);
+            Client::from_parts(layout, parts, desc.locks as usize as *const AtomicU32)
+        }
+    }
+
+    /// The layout this client was built with.
+    pub fn layout(&self) -> Layout {
+        self.p.layout
+    }
+
+    /// Open a port for `opcode`, starting the scan at this warp's hint so warps
+    /// spread over ports. Spins until a port is free. All lanes of the calling
+    /// warp that are active together take part.
+    #[inline]
+    pub fn open(&self, opcode: u32) -> Port<'_, 'a, ClientSide, Fresh> {
+        self.open_from(opcode, lanes::warp_hint())
+    }
+
+    /// [`open`](Self::open), starting the scan at port `start % port_count`.
+    #[inline]
+    pub fn open_from(&self, opcode: u32, start: u32) -> Port<'_, 'a, ClientSide, Fresh> {
+        let n = self.p.layout.port_count;
+        let mut index = start % n;
+        let mut backoff = Backoff::new();
+        loop {
+            let mask = lanes::lane_mask();
+            if self.p.try_lock(mask, index) {
+                let inbox = self.p.load_inbox(mask, index);
+                let outbox = self.p.load_outbox(mask, index);
+                if !Process::<ClientSide>::buffer_unavailable(inbox, outbox) {
+                    if lanes::is_first_lane(mask) {
+                        let h = self.p.header(index);
+                        // Relaxed: published with the packet by the release
+                        // fence before the first outbox flip.
+                        h.opcode.store(opcode, Ordering::Relaxed);
+                        h.mask.store(mask, Ordering::Relaxed);
+                    }
+                    lanes::sync(mask);
+                    return Port::new(&self.p, index, outbox, mask, mask, opcode);
+                }
+                self.p.unlock(mask, index);
+            }
+            index += 1;
+            if index == n {
+                index = 0;
+            }
+            if cfg!(loom) || index == start % n {
+                backoff.snooze();
+            }
+        }
+    }
+}
+
+impl<'a> Server<'a> {
+    /// A server over `parts`.
+    ///
+    /// # Safety
+    /// As [`Client::from_parts`], with `locks` used by server threads only.
+    pub unsafe fn from_parts(layout: Layout, parts: Parts, locks: *const AtomicU32) -> Self {
+        Server {
+            p: Process {
+                layout,
+                inbox: parts.client_outbox,
+                outbox: parts.server_outbox,
+                header: parts.headers,
+                packet: parts.packets,
+                locks,
+                abort: None,
+                _side: PhantomData,
+            },
+        }
+    }
+
+    /// Make every wait of this server's ports give up (with [`Abandoned`]) once
+    /// `flag` is set, e.g. when the kernel has finished.
+    pub fn with_abort(mut self, flag: &'a core::sync::atomic::AtomicBool) -> Self {
+        self.p.abort = Some(flag);
+        self
+    }
+
+    /// The layout this server was built with.
+    pub fn layout(&self) -> Layout {
+        self.p.layout
+    }
+
+    /// Whether port `index` has a call waiting for the server (one pair of
+    /// relaxed loads; no lock).
+    #[inline]
+    pub fn pending(&self, index: u32) -> bool {
+        !Process::<ServerSide>::buffer_unavailable(self.p.load_inbox(1, index), self.p.load_outbox(1, index))
+    }
+
+    /// Find a port in `range` with a call waiting for the server and open it.
+    /// Server threads may scan overlapping ranges: a host-side lock bit keeps
+    /// each port with one thread.
+    pub fn try_open(&self, range: core::ops::Range<u32>) -> Option<Port<'_, 'a, ServerSide, Fresh>> {
+        let end = range.end.min(self.p.layout.port_count);
+        for index in range.start..end {
+            if !self.pending(index) || !self.p.try_lock(1, index) {
+                continue;
+            }
+            let outbox = self.p.load_outbox(1, index);
+            if Process::<ServerSide>::buffer_unavailable(self.p.load_inbox(1, index), outbox) {
+                self.p.unlock(1, index);
+                continue;
+            }
+            // Acquire: the client's header and packet writes, released before
+            // its outbox flip, are visible to the reads below and in `recv`.
+            fence(Ordering::Acquire);
+            let h = self.p.header(index);
+            // Relaxed: ordered by the acquire fence above.
+            let opcode = h.opcode.load(Ordering::Relaxed);
+            let peer = h.mask.load(Ordering::Relaxed);
+            return Some(Port::new(&self.p, index, outbox, 1, peer, opcode));
+        }
+        None
+    }
+
+    /// Test support: whether every port is back in its idle state (client owns
+    /// it, no lock bit set on this side).
+    pub fn all_idle(&self) -> bool {
+        (0..self.p.layout.port_count).all(|i| {
+            // Relaxed: a quiescent check after all threads joined.
+            let locked = self.p.lock_word(i).load(Ordering::Relaxed) & (1 << (i % 32)) != 0;
+            !locked && !self.pending(i)
+        })
+    }
+}
+
+/// Test support: whether every client lock bit in `locks` is clear.
+///
+/// # Safety
+/// `locks` must point to `lock_words(port_count)` live words.
+pub unsafe fn client_locks_clear(locks: *const AtomicU32, port_count: u32) -> bool {
+    (0..lock_words(port_count)).all(|w| {
+        // SAFETY: `w < lock_words(port_count)`.
+        // Relaxed: a quiescent check after all threads joined.
+        unsafe { (*locks.add(w)).load(Ordering::Relaxed) == 0 }
+    })
+}
+
+/// An open port, on side `S`, in state `St`. See the [module docs](self).
+#[must_use = "a port must be finished with `close()`: dropping it keeps its lock and hangs every later call on it"]
+pub struct Port<'p, 'a, S: Side, St: State> {
+    p: &'p Process<'a, S>,
+    index: u32,
+    out: u32,
+    lane_mask: u64,
+    peer_mask: u64,
+    opcode: u32,
+    _state: PhantomData<St>,
+}
+
+impl<'p, 'a, S: Side, St: State> Port<'p, 'a, S, St> {
+    #[inline(always)]
+    fn new(p: &'p Process<'a, S>, index: u32, out: u32, lane_mask: u64, peer_mask: u64, opcode: u32) -> Self {
+        Port { p, index, out, lane_mask, peer_mask, opcode, _state: PhantomData }
+    }
+
+    #[inline(always)]
+    fn into_state<T: State>(self, out: u32) -> Port<'p, 'a, S, T> {
+        Port::new(self.p, self.index, out, self.lane_mask, self.peer_mask, self.opcode)
+    }
+
+    /// The port's index.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The opcode the client opened the port with.
+    pub fn opcode(&self) -> u32 {
+        self.opcode
+    }
+
+    /// The client warp's lane mask, exactly as the client wrote it in the
+    /// header (on the server this is untrusted; see [`Port::lanes`]).
+    pub fn peer_mask(&self) -> u64 {
+        self.peer_mask
+    }
+
+    /// The lanes of the client warp that take part, limited to the layout's
+    /// lanes.
+    pub fn lanes(&self) -> u64 {
+        self.peer_mask & self.p.layout.full_lane_mask()
+    }
+
+    /// Wait until this side owns the buffer, then hand it to `fill` for every
+    /// lane this side writes, and give the buffer to the other side.
+    #[inline(always)]
+    fn send_impl(&mut self, fill: &mut dyn FnMut(u32, &mut Buffer)) -> Result<(), Abandoned> {
+        if !St::OWNS {
+            self.wait()?;
+        }
+        self.for_each_lane(|p, index, lane| {
+            let mut b = Buffer::default();
+            fill(lane, &mut b);
+            p.write_buffer(index, lane, &b);
+        });
+        self.out = self.p.invert_outbox(self.index, self.out);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn recv_impl(&mut self, use_: &mut dyn FnMut(u32, &Buffer)) -> Result<(), Abandoned> {
+        if St::RECEIVED {
+            self.out = self.p.invert_outbox(self.index, self.out);
+        }
+        if St::RECEIVED || !St::OWNS {
+            self.wait()?;
+        }
+        self.for_each_lane(|p, index, lane| use_(lane, &p.read_buffer(index, lane)));
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn wait(&self) -> Result<(), Abandoned> {
+        self.p
+            .wait_for_ownership(self.lane_mask, self.index, self.out)
+            .map_err(|()| Abandoned { port: self.index, opcode: self.opcode })
+    }
+
+    #[inline(always)]
+    fn for_each_lane(&self, mut f: impl FnMut(&Process<'a, S>, u32, u32)) {
+        if S::INVERT {
+            let mut m = self.lanes();
+            while m != 0 {
+                let lane = m.trailing_zeros();
+                m &= m - 1;
+                f(self.p, self.index, lane);
+            }
+        } else {
+            f(self.p, self.index, lanes::lane_id());
+        }
+    }
+
+    #[inline(always)]
+    fn close_impl(self) {
+        lanes::sync(self.lane_mask);
+        // The server is passive: if it still owns the buffer it hands it back
+        // to the client, so that the port is free for the next call.
+        if S::INVERT && St::OWNS {
+            self.p.invert_outbox(self.index, self.out);
+        }
+        self.p.unlock(self.lane_mask, self.index);
+    }
+}
+
+/// States a client may send from.
+pub trait ClientCanSend: State {}
+impl ClientCanSend for Fresh {}
+impl ClientCanSend for Sent {}
+impl ClientCanSend for Received {}
+
+/// States that may receive next (after a send, or after a receive).
+pub trait CanRecv: State {}
+impl CanRecv for Sent {}
+impl CanRecv for Received {}
+
+/// States a server may send from (after it received at least once).
+pub trait ServerCanSend: State {}
+impl ServerCanSend for Sent {}
+impl ServerCanSend for Received {}
+
+/// States a server may receive from.
+pub trait ServerCanRecv: State {}
+impl ServerCanRecv for Fresh {}
+impl ServerCanRecv for Sent {}
+impl ServerCanRecv for Received {}
+
+impl<'p, 'a, St: ClientCanSend> Port<'p, 'a, ClientSide, St> {
+    /// Fill this lane's buffer and hand the packet to the server. Every lane
+    /// of the warp that opened the port must call this together.
+    #[inline]
+    pub fn send(mut self, fill: impl FnOnce(&mut Buffer)) -> Port<'p, 'a, ClientSide, Sent> {
+        let mut fill = Some(fill);
+        let _ = self.send_impl(&mut |_, b| {
+            if let Some(f) = fill.take() {
+                f(b)
+            }
+        });
+        let out = self.out;
+        self.into_state(out)
+    }
+
+    /// Stream `data` (this lane's bytes; lanes may pass different lengths) to
+    /// the server: the first packet carries the length and 56 bytes, the rest
+    /// 64 bytes each.
+    #[inline]
+    pub fn send_n(self, data: &[u8]) -> Port<'p, 'a, ClientSide, Sent> {
+        let len = data.len() as u64;
+        let port = self.send(|b| {
+            b.data[0] = len;
+            let n = data.len().min(BUFFER_BYTES - 8);
+            b.bytes_mut()[8..8 + n].copy_from_slice(&data[..n]);
+        });
+        let rest = &data[data.len().min(BUFFER_BYTES - 8)..];
+        let packets = rest.len().div_ceil(BUFFER_BYTES) as u64;
+        port.send_packets(packets, |i, b| {
+            let start = i as usize * BUFFER_BYTES;
+            let chunk = &rest[start..(start + BUFFER_BYTES).min(rest.len())];
+            b.bytes_mut()[..chunk.len()].copy_from_slice(chunk);
+        })
+    }
+
+    /// Close the port (the client keeps nothing to hand back).
+    #[inline]
+    pub fn close(self) {
+        self.close_impl()
+    }
+}
+
+impl<'p, 'a> Port<'p, 'a, ClientSide, Sent> {
+    /// Send further packets: `fill(i, buffer)` for `i` in `0..packets`. Each
+    /// lane passes its own count; the warp loops until every lane is done
+    /// (lanes that are done send an unused buffer).
+    #[inline]
+    pub fn send_packets(self, packets: u64, mut fill: impl FnMut(u64, &mut Buffer)) -> Self {
+        let mask = self.lane_mask;
+        let mut port = self;
+        let mut i = 0u64;
+        while lanes::ballot(mask, i < packets) != 0 {
+            let active = i < packets;
+            port = port.send(|b| {
+                if active {
+                    fill(i, b)
+                }
+            });
+            i += 1;
+        }
+        port
+    }
+}
+
+impl<'p, 'a, St: CanRecv> Port<'p, 'a, ClientSide, St> {
+    /// Wait for the server's packet and read this lane's buffer.
+    #[inline]
+    pub fn recv(mut self, use_: impl FnOnce(&Buffer)) -> Port<'p, 'a, ClientSide, Received> {
+        let mut use_ = Some(use_);
+        let _ = self.recv_impl(&mut |_, b| {
+            if let Some(f) = use_.take() {
+                f(b)
+            }
+        });
+        let out = self.out;
+        self.into_state(out)
+    }
+
+    /// Receive a stream sent with the server's `send_n` into `dst`: returns the
+    /// length the server sent; bytes beyond `dst.len()` are received and
+    /// dropped so both sides stay in step.
+    #[inline]
+    pub fn recv_n(self, dst: &mut [u8]) -> (Port<'p, 'a, ClientSide, Received>, u64) {
+        let mut len = 0u64;
+        let port = self.recv(|b| {
+            len = b.data[0];
+            let n = (len as usize).min(BUFFER_BYTES - 8).min(dst.len());
+            dst[..n].copy_from_slice(&b.bytes()[8..8 + n]);
+        });
+        let first = (len as usize).min(BUFFER_BYTES - 8);
+        let packets = (len as usize - first).div_ceil(BUFFER_BYTES) as u64;
+        let mask = port.lane_mask;
+        let mut port = port;
+        let mut i = 0u64;
+        while lanes::ballot(mask, i < packets) != 0 {
+            let active = i < packets;
+            port = port.recv(|b| {
+                if active {
+                    let start = first + i as usize * BUFFER_BYTES;
+                    if start < dst.len() {
+                        let n = (dst.len() - start).min(BUFFER_BYTES);
+                        dst[start..start + n].copy_from_slice(&b.bytes()[..n]);
+                    }
+                }
+            });
+            i += 1;
+        }
+        (port, len)
+    }
+}
+
+impl<'p, 'a> Port<'p, 'a, ClientSide, Received> {
+    /// Receive further packets: `use_(i, buffer)` for `i` in `0..packets`
+    /// (this lane's count; lanes may differ, the warp loops until all are
+    /// done).
+    #[inline]
+    pub fn recv_packets(self, packets: u64, mut use_: impl FnMut(u64, &Buffer)) -> Self {
+        let mask = self.lane_mask;
+        let mut port = self;
+        let mut i = 0u64;
+        while lanes::ballot(mask, i < packets) != 0 {
+            let active = i < packets;
+            port = port.recv(|b| {
+                if active {
+                    use_(i, b)
+                }
+            });
+            i += 1;
+        }
+        port
+    }
+}
+
+impl<'p, 'a, St: ServerCanRecv> Port<'p, 'a, ServerSide, St> {
+    /// Read the packet: `use_(lane, buffer)` runs once per active lane, in lane
+    /// order. Fails only when the server's abort flag was raised.
+    #[inline]
+    pub fn recv(mut self, mut use_: impl FnMut(u32, &Buffer)) -> Result<Port<'p, 'a, ServerSide, Received>, Abandoned> {
+        self.recv_impl(&mut use_)?;
+        let out = self.out;
+        Ok(self.into_state(out))
+    }
+
+    /// Receive a stream sent with the client's `send_n`. `alloc(lane, len)`
+    /// returns where the lane's bytes go, or `None` to drop them (for example
+    /// when `len` is over a limit: the packets are still consumed, nothing is
+    /// allocated). Returns the lengths the lanes declared.
+    pub fn recv_n<'d>(
+        self,
+        mut alloc: impl FnMut(u32, u64) -> Option<&'d mut [u8]>,
+    ) -> Result<(Port<'p, 'a, ServerSide, Received>, [u64; MAX_LANES as usize]), Abandoned> {
+        let mut lens = [0u64; MAX_LANES as usize];
+        let mut dsts: [Option<&'d mut [u8]>; MAX_LANES as usize] = [const { None }; MAX_LANES as usize];
+        let mut port = self.recv(|lane, b| {
+            let len = b.data[0];
+            lens[lane as usize] = len;
+            dsts[lane as usize] = alloc(lane, len);
+            if let Some(d) = dsts[lane as usize].as_deref_mut() {
+                let n = (len as usize).min(BUFFER_BYTES - 8).min(d.len());
+                d[..n].copy_from_slice(&b.bytes()[8..8 + n]);
+            }
+        })?;
+        let mut packets = 0u64;
+        let mut m = port.lanes();
+        while m != 0 {
+            let lane = m.trailing_zeros() as usize;
+            m &= m - 1;
+            let rest = lens[lane].saturating_sub((BUFFER_BYTES - 8) as u64);
+            packets = packets.max(rest.div_ceil(BUFFER_BYTES as u64));
+        }
+        for i in 0..packets {
+            port = port.recv(|lane, b| {
+                if let Some(d) = dsts[lane as usize].as_deref_mut() {
+                    let start = (BUFFER_BYTES - 8) + i as usize * BUFFER_BYTES;
+                    if start < d.len() {
+                        let n = (d.len() - start).min(BUFFER_BYTES);
+                        d[start..start + n].copy_from_slice(&b.bytes()[..n]);
+                    }
+                }
+            })?;
+        }
+        Ok((port, lens))
+    }
+
+    /// [`recv_n`](Self::recv_n) into host allocations: each lane's bytes in a
+    /// `Vec`, or `None` for lanes whose declared length is over `limit` (their
+    /// packets are consumed, nothing is allocated for them).
+    #[cfg(feature = "std")]
+    pub fn recv_n_vec(self, limit: u64) -> Result<(Port<'p, 'a, ServerSide, Received>, std::vec::Vec<Option<std::vec::Vec<u8>>>), Abandoned> {
+        let mut out: std::vec::Vec<Option<std::vec::Vec<u8>>> = (0..MAX_LANES).map(|_| None).collect();
+        let mut lens = [0u64; MAX_LANES as usize];
+        let port = self.recv(|lane, b| {
+            let len = b.data[0];
+            lens[lane as usize] = len;
+            if len <= limit {
+                let n = (len as usize).min(BUFFER_BYTES - 8);
+                let mut v = std::vec::Vec::with_capacity(len as usize);
+                v.extend_from_slice(&b.bytes()[8..8 + n]);
+                out[lane as usize] = Some(v);
+            }
+        })?;
+        let mut packets = 0u64;
+        let mut m = port.lanes();
+        while m != 0 {
+            let lane = m.trailing_zeros() as usize;
+            m &= m - 1;
+            packets = packets.max(lens[lane].saturating_sub((BUFFER_BYTES - 8) as u64).div_ceil(BUFFER_BYTES as u64));
+        }
+        let port = port.recv_packets(packets, |lane, _, b| {
+            if let Some(v) = out[lane as usize].as_mut() {
+                let want = lens[lane as usize] as usize;
+                let n = (want - v.len()).min(BUFFER_BYTES);
+                v.extend_from_slice(&b.bytes()[..n]);
+            }
+        })?;
+        Ok((port, out))
+    }
+
+    /// Close the port; a server that still owns the buffer hands it back.
+    #[inline]
+    pub fn close(self) {
+        self.close_impl()
+    }
+}
+
+impl<'p, 'a> Port<'p, 'a, ServerSide, Received> {
+    /// Receive further packets (the same count for every lane; the server
+    /// computes it from what the client declared) into `use_(lane, i, buffer)`.
+    pub fn recv_packets(self, packets: u64, mut use_: impl FnMut(u32, u64, &Buffer)) -> Result<Self, Abandoned> {
+        let mut port = self;
+        for i in 0..packets {
+            port = port.recv(|lane, b| use_(lane, i, b))?;
+        }
+        Ok(port)
+    }
+}
+
+impl<'p, 'a, St: ServerCanSend> Port<'p, 'a, ServerSide, St> {
+    /// Fill each active lane's buffer (`fill(lane, buffer)`, lane order) and
+    /// hand the packet to the client.
+    #[inline]
+    pub fn send(mut self, mut fill: impl FnMut(u32, &mut Buffer)) -> Result<Port<'p, 'a, ServerSide, Sent>, Abandoned> {
+        self.send_impl(&mut fill)?;
+        let out = self.out;
+        Ok(self.into_state(out))
+    }
+
+    /// Stream each lane's `data(lane)` to the client's `recv_n`.
+    pub fn send_n<'d>(self, mut data: impl FnMut(u32) -> &'d [u8]) -> Result<Port<'p, 'a, ServerSide, Sent>, Abandoned> {
+        let mut srcs: [&'d [u8]; MAX_LANES as usize] = [&[]; MAX_LANES as usize];
+        let mut m = self.lanes();
+        let mut packets = 0u64;
+        while m != 0 {
+            let lane = m.trailing_zeros();
+            m &= m - 1;
+            let d = data(lane);
+            srcs[lane as usize] = d;
+            let rest = d.len().saturating_sub(BUFFER_BYTES - 8);
+            packets = packets.max(rest.div_ceil(BUFFER_BYTES) as u64);
+        }
+        let mut port = self.send(|lane, b| {
+            let d = srcs[lane as usize];
+            b.data[0] = d.len() as u64;
+            let n = d.len().min(BUFFER_BYTES - 8);
+            b.bytes_mut()[8..8 + n].copy_from_slice(&d[..n]);
+        })?;
+        for i in 0..packets {
+            port = port.send(|lane, b| {
+                let d = srcs[lane as usize];
+                let start = (BUFFER_BYTES - 8) + i as usize * BUFFER_BYTES;
+                if start < d.len() {
+                    let n = (d.len() - start).min(BUFFER_BYTES);
+                    b.bytes_mut()[..n].copy_from_slice(&d[start..start + n]);
+                }
+            })?;
+        }
+        Ok(port)
+    }
+}
+
+impl<'p, 'a> Port<'p, 'a, ServerSide, Sent> {
+    /// Send further packets (same count for all lanes) filled by
+    /// `fill(lane, i, buffer)`.
+    pub fn send_packets(self, packets: u64, mut fill: impl FnMut(u32, u64, &mut Buffer)) -> Result<Self, Abandoned> {
+        let mut port = self;
+        for i in 0..packets {
+            port = port.send(|lane, b| fill(lane, i, b))?;
+        }
+        Ok(port)
+    }
+}

@@ -1,0 +1,90 @@
+//! CPU-backend tests of the protocol core and the call frame.
+
+use rpc_runtime::cpu::{run, run_on, Launch, Region};
+use rpc_runtime::protocol::Layout;
+use rpc_runtime::server::{Dispatcher, ServerConfig};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+fn quiet() -> Dispatcher {
+    Dispatcher::new(ServerConfig { log_errors: false, ..ServerConfig::default() })
+}
+
+/// The seeds' rpc_test: many threads each making many round-trip increment
+/// calls on fewer ports than threads; every answer and the final count exact.
+#[test]
+fn contended_increments_are_exact() {
+    for (threads, ports, servers) in [(8, 1, 1), (16, 3, 2), (12, 7, 3)] {
+        let d = quiet();
+        let total = AtomicU64::new(0);
+        let region = Region::new(Layout::new(ports, 1).unwrap());
+        let launch = Launch { threads, server_threads: servers, port_count: ports, lane_size: 1 };
+        let iters = 500u64;
+        let report = run_on(&region, &launch, &d, |client, t| {
+            let mut x = t.id as u64 * 1_000_000;
+            for _ in 0..iters {
+                let y = client.noop(x).unwrap();
+                assert_eq!(y, x + 1);
+                x = y;
+            }
+            total.fetch_add(x - t.id as u64 * 1_000_000, Ordering::Relaxed);
+        })
+        .unwrap();
+        assert_eq!(total.load(Ordering::Relaxed), threads as u64 * iters);
+        assert_eq!(report.calls, threads as u64 * iters);
+        assert_eq!(report.errors, 0);
+        assert!(region.is_quiescent(), "a port was left locked or pending");
+    }
+}
+
+/// A GPU-shaped layout (32 lanes per packet) served to one-lane host warps.
+#[test]
+fn wide_layout_single_lane_clients() {
+    let d = quiet();
+    let report = run(&Launch { threads: 4, server_threads: 1, port_count: 4, lane_size: 32 }, &d, |client, t| {
+        for i in 0..100 {
+            assert_eq!(client.noop(i + t.id as u64).unwrap(), i + t.id as u64 + 1);
+        }
+    })
+    .unwrap();
+    assert_eq!(report.calls, 400);
+}
+
+/// Raw ports: send_n / recv_n with lengths that straddle packet boundaries,
+/// against a hand-written server.
+#[test]
+fn raw_send_n_recv_n_roundtrip() {
+    let region = Region::new(Layout::new(2, 1).unwrap());
+    let lens = [0usize, 1, 55, 56, 57, 64, 119, 120, 121, 1000, 4096];
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let server = region.server();
+            for _ in 0..lens.len() {
+                let port = loop {
+                    if let Some(p) = server.try_open(0..2) {
+                        break p;
+                    }
+                    std::thread::yield_now();
+                };
+                assert_eq!(port.opcode(), 0x10_0000);
+                let (port, mut got) = port.recv_n_vec(1 << 20).unwrap();
+                // Echo the bytes reversed.
+                let mut buf = got[0].take().unwrap();
+                buf.reverse();
+                let port = port.send_n(|_| &buf[..]).unwrap();
+                port.close();
+            }
+        });
+        let client = region.client();
+        for &n in &lens {
+            let data: Vec<u8> = (0..n).map(|i| (i * 7 + n) as u8).collect();
+            let port = client.open(0x10_0000).send_n(&data);
+            let mut back = vec![0u8; n];
+            let (port, len) = port.recv_n(&mut back);
+            port.close();
+            assert_eq!(len as usize, n);
+            back.reverse();
+            assert_eq!(back, data, "length {n}");
+        }
+    });
+    assert!(region.is_quiescent());
+}
