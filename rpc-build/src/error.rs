@@ -79,7 +79,10 @@ impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BuildError::ToolchainNotFound { target, tried } => {
-                writeln!(f, "rpc-build: no Rust toolchain that can build {target} was found. Tried:")?;
+                writeln!(
+                    f,
+                    "rpc-build: no Rust toolchain that can build {target} was found. Tried:"
+                )?;
                 for t in tried {
                     writeln!(f, "  - {t}")?;
                 }
@@ -87,7 +90,11 @@ impl fmt::Display for BuildError {
             }
             BuildError::UnsupportedTarget(why) => write!(f, "rpc-build: unsupported target: {why}"),
             BuildError::NoDeviceCrate(dir) => {
-                write!(f, "rpc-build: no device crate at {} (Cargo.toml missing)", dir.display())
+                write!(
+                    f,
+                    "rpc-build: no device crate at {} (Cargo.toml missing)",
+                    dir.display()
+                )
             }
             BuildError::Io { context, source } => write!(f, "rpc-build: {context}: {source}"),
             BuildError::CommandFailed {
@@ -95,10 +102,7 @@ impl fmt::Display for BuildError {
                 status,
                 stderr,
             } => write!(f, "rpc-build: `{command}` failed ({status}):\n{stderr}"),
-            BuildError::NoArtifact {
-                crate_dir,
-                extension,
-            } => write!(
+            BuildError::NoArtifact { crate_dir, extension } => write!(
                 f,
                 "rpc-build: cargo built {} but reported no .{extension} file; is it a \
                  `crate-type = [\"cdylib\"]` library?",

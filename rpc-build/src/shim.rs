@@ -78,9 +78,7 @@ fn split_flag<'a>(arg: &'a str, long: &str) -> Option<Option<&'a str>> {
     if arg == long {
         Some(None)
     } else {
-        arg.strip_prefix(long)
-            .and_then(|rest| rest.strip_prefix('='))
-            .map(Some)
+        arg.strip_prefix(long).and_then(|rest| rest.strip_prefix('=')).map(Some)
     }
 }
 
@@ -89,9 +87,7 @@ pub fn parse_ptx_args(args: &[OsString]) -> Result<PtxLinkArgs, String> {
     let mut out = PtxLinkArgs::default();
     let mut it = args.iter();
     let value = |it: &mut std::slice::Iter<'_, OsString>, flag: &str| -> Result<OsString, String> {
-        it.next()
-            .cloned()
-            .ok_or_else(|| format!("`{flag}` needs a value"))
+        it.next().cloned().ok_or_else(|| format!("`{flag}` needs a value"))
     };
     while let Some(arg) = it.next() {
         let Some(s) = arg.to_str() else {
@@ -117,12 +113,9 @@ pub fn parse_ptx_args(args: &[OsString]) -> Result<PtxLinkArgs, String> {
                     "--export-symbol" => out.exports.push(v),
                     "--target" => out.target = Some(v),
                     "--target-cpu" => out.target_cpu = Some(v),
-                    "--target-feature" => out.target_features.extend(
-                        v.split(',')
-                            .map(str::trim)
-                            .filter(|f| !f.is_empty())
-                            .map(str::to_owned),
-                    ),
+                    "--target-feature" => out
+                        .target_features
+                        .extend(v.split(',').map(str::trim).filter(|f| !f.is_empty()).map(str::to_owned)),
                     _ => out.ignored.push(format!("{flag}={v}")),
                 }
                 handled = true;
@@ -187,8 +180,7 @@ pub fn expand_response_files(args: Vec<OsString>) -> Result<Vec<OsString>, Strin
     for arg in args {
         match arg.to_str().and_then(|s| s.strip_prefix('@')) {
             Some(path) if !path.is_empty() => {
-                let text = fs::read_to_string(path)
-                    .map_err(|e| format!("cannot read response file {path}: {e}"))?;
+                let text = fs::read_to_string(path).map_err(|e| format!("cannot read response file {path}: {e}"))?;
                 for line in text.lines().filter(|l| !l.is_empty()) {
                     let mut arg = String::with_capacity(line.len());
                     let mut chars = line.chars();
@@ -264,9 +256,7 @@ pub fn ar_members(data: &[u8]) -> Result<Vec<ArMember<'_>>, String> {
             if len > body.len() {
                 return Err("bad BSD name length".into());
             }
-            let name = String::from_utf8_lossy(&body[..len])
-                .trim_end_matches('\0')
-                .to_owned();
+            let name = String::from_utf8_lossy(&body[..len]).trim_end_matches('\0').to_owned();
             body = &body[len..];
             if name.starts_with("__.SYMDEF") {
                 continue;
@@ -279,9 +269,7 @@ pub fn ar_members(data: &[u8]) -> Result<Vec<ArMember<'_>>, String> {
                 .get(offset..)
                 .ok_or_else(|| "GNU long name out of range".to_owned())?;
             let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
-            String::from_utf8_lossy(&rest[..end])
-                .trim_end_matches('/')
-                .to_owned()
+            String::from_utf8_lossy(&rest[..end]).trim_end_matches('/').to_owned()
         } else {
             raw_name.trim_end_matches('/').to_owned()
         };
@@ -304,9 +292,7 @@ fn tool(bin: Option<&Path>, name: &str) -> PathBuf {
 
 fn run(cmd: &mut Command) -> Result<(), String> {
     let shown = format!("{cmd:?}");
-    let out = cmd
-        .output()
-        .map_err(|e| format!("cannot run {shown}: {e}"))?;
+    let out = cmd.output().map_err(|e| format!("cannot run {shown}: {e}"))?;
     if out.status.success() {
         return Ok(());
     }
@@ -357,8 +343,7 @@ fn link_ptx_in(
         if is_bitcode(&data) {
             modules.push(input.clone());
         } else if data.starts_with(b"!<arch>\n") {
-            let members =
-                ar_members(&data).map_err(|e| format!("{}: {e}", input.display()))?;
+            let members = ar_members(&data).map_err(|e| format!("{}: {e}", input.display()))?;
             for (j, member) in members.iter().enumerate() {
                 if member.name == "lib.rmeta" || !is_bitcode(member.data) {
                     continue;
@@ -366,11 +351,16 @@ fn link_ptx_in(
                 let file_name: String = member
                     .name
                     .chars()
-                    .map(|c| if c.is_ascii_alphanumeric() || ".-_".contains(c) { c } else { '_' })
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || ".-_".contains(c) {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
                     .collect();
                 let path = temp.join(format!("{i}-{j}-{file_name}"));
-                fs::write(&path, member.data)
-                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                fs::write(&path, member.data).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
                 modules.push(path);
             }
         } else {
@@ -426,11 +416,8 @@ pub fn link_lld(lld: &Path, args: &[OsString]) -> Result<(), String> {
 /// Guesses the mode from the arguments when `RPC_DEVICE_LINK_MODE` is unset.
 pub fn detect_mode(args: &[OsString]) -> Mode {
     let ptx = args.iter().any(|a| {
-        a.to_str().is_some_and(|s| {
-            s.starts_with("--export-symbol")
-                || s.starts_with("--target-cpu")
-                || s.contains("nvptx64")
-        })
+        a.to_str()
+            .is_some_and(|s| s.starts_with("--export-symbol") || s.starts_with("--target-cpu") || s.contains("nvptx64"))
     });
     if ptx {
         Mode::Ptx
@@ -583,7 +570,9 @@ mod tests {
         let table = format!("{long}/\n");
         let mut ar = b"!<arch>\n".to_vec();
         let mut member = |name: &str, body: &[u8]| {
-            ar.extend_from_slice(format!("{name:<16}{:<12}{:<6}{:<6}{:<8}{:<10}`\n", 0, 0, 0, 644, body.len()).as_bytes());
+            ar.extend_from_slice(
+                format!("{name:<16}{:<12}{:<6}{:<6}{:<8}{:<10}`\n", 0, 0, 0, 644, body.len()).as_bytes(),
+            );
             ar.extend_from_slice(body);
             if body.len() % 2 == 1 {
                 ar.push(b'\n');

@@ -105,9 +105,7 @@ impl fmt::Display for Toolchain {
 }
 
 fn env_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os(name)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
+    std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
 fn is_file(path: &Path) -> bool {
@@ -123,10 +121,8 @@ pub(crate) fn which(name: &str) -> Option<PathBuf> {
 }
 
 fn output(cmd: &mut Command) -> Result<String, String> {
-    let shown = format!("{cmd:?}");
-    let out = cmd
-        .output()
-        .map_err(|e| format!("`{shown}` could not run: {e}"))?;
+    let shown = crate::show(cmd);
+    let out = cmd.output().map_err(|e| format!("`{shown}` could not run: {e}"))?;
     if !out.status.success() {
         return Err(format!(
             "`{shown}` failed ({}): {}",
@@ -159,9 +155,7 @@ fn llvm_tools_major(bin: &Path) -> Option<u32> {
 }
 
 fn has_llvm_tools(bin: &Path) -> bool {
-    ["llvm-link", "opt", "llc"]
-        .iter()
-        .all(|t| is_file(&bin.join(t)))
+    ["llvm-link", "opt", "llc"].iter().all(|t| is_file(&bin.join(t)))
 }
 
 impl Toolchain {
@@ -186,7 +180,10 @@ impl Toolchain {
         if let Some(rustc) = env_path(ENV_RUSTC) {
             return Self::custom(rustc, target).map_err(|why| BuildError::ToolchainNotFound {
                 target: target.triple().to_owned(),
-                tried: vec![format!("{ENV_RUSTC}={}: {why}", std::env::var(ENV_RUSTC).unwrap_or_default())],
+                tried: vec![format!(
+                    "{ENV_RUSTC}={}: {why}",
+                    std::env::var(ENV_RUSTC).unwrap_or_default()
+                )],
             });
         }
         match Self::rustup(target) {
@@ -216,6 +213,8 @@ impl Toolchain {
         let sysroot = PathBuf::from(output(
             Command::new(&rustup)
                 .args(["run", &name, "rustc", "--print", "sysroot"])
+                // Detection must never download a toolchain.
+                .env("RUSTUP_AUTO_INSTALL", "0")
                 .env_remove("RUSTUP_TOOLCHAIN")
                 .env_remove("RUSTC"),
         )?);
@@ -237,12 +236,7 @@ impl Toolchain {
             ));
         }
         let bitcode_linker = matches!(target, Target::Nvptx { .. })
-            && is_file(
-                &sysroot
-                    .join("lib/rustlib")
-                    .join(&host)
-                    .join("bin/llvm-bitcode-linker"),
-            );
+            && is_file(&sysroot.join("lib/rustlib").join(&host).join("bin/llvm-bitcode-linker"));
         let mut tc = Toolchain {
             kind: ToolchainKind::RustupNightly,
             bootstrap: !version.contains("nightly") && !version.contains("-dev"),
@@ -295,6 +289,11 @@ impl Toolchain {
         Ok(tc)
     }
 
+    #[cfg(test)]
+    pub(crate) fn custom_for_test(rustc: &str, target: &Target) -> Result<Toolchain, String> {
+        Self::custom(PathBuf::from(rustc), target)
+    }
+
     fn custom(rustc: PathBuf, target: &Target) -> Result<Toolchain, String> {
         let cargo = env_path(ENV_CARGO)
             .or_else(|| rustc.parent().map(|d| d.join("cargo")).filter(|p| is_file(p)))
@@ -315,12 +314,7 @@ impl Toolchain {
             ));
         }
         let bitcode_linker = matches!(target, Target::Nvptx { .. })
-            && is_file(
-                &sysroot
-                    .join("lib/rustlib")
-                    .join(&host)
-                    .join("bin/llvm-bitcode-linker"),
-            );
+            && is_file(&sysroot.join("lib/rustlib").join(&host).join("bin/llvm-bitcode-linker"));
         let mut tc = Toolchain {
             kind: ToolchainKind::Custom,
             bootstrap: !version.contains("nightly") && !version.contains("-dev"),
@@ -371,7 +365,10 @@ impl Toolchain {
         for dir in candidates.iter().filter(|d| has_llvm_tools(d)) {
             match (self.llvm_major, llvm_tools_major(dir)) {
                 (Some(want), Some(have)) if have < want => {
-                    rejected.push(format!("{} is LLVM {have}, older than rustc's LLVM {want}", dir.display()));
+                    rejected.push(format!(
+                        "{} is LLVM {have}, older than rustc's LLVM {want}",
+                        dir.display()
+                    ));
                 }
                 _ => {
                     self.llvm_bin = Some(dir.clone());
@@ -380,9 +377,7 @@ impl Toolchain {
             }
         }
         if need_llvm && self.llvm_bin.is_none() {
-            let want = self
-                .llvm_major
-                .map_or_else(|| "rustc's".to_owned(), |m| m.to_string());
+            let want = self.llvm_major.map_or_else(|| "rustc's".to_owned(), |m| m.to_string());
             let mut msg = format!(
                 "{} ({}) found, but no llvm-link/opt/llc of LLVM >= {want} for rpc-build's \
                  linker shim (looked in $GPU_RPC_LLVM_BIN, rustup's llvm-tools, /usr/lib/llvm-N/bin, \

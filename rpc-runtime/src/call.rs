@@ -181,17 +181,35 @@ impl CallDesc {
     /// Compile-time checks of a generated description; `#[gpu_rpc]` calls this
     /// in a `const _: () = ...;`, so an impossible layout is a compile error.
     pub const fn check(&self) {
-        assert!(self.arg_bytes as usize <= MAX_ARG_BYTES, "gpu_rpc: the method's arguments exceed MAX_ARG_BYTES (4096 bytes)");
-        assert!(self.ret_bytes as usize <= MAX_RET_BYTES, "gpu_rpc: the method's return value exceeds MAX_RET_BYTES (4096 bytes)");
-        assert!(self.in_streams as usize <= MAX_IN_STREAMS, "gpu_rpc: more than 7 &str/&[T] arguments");
-        assert!(self.out_elem_sizes.len() <= MAX_OUT_STREAMS, "gpu_rpc: more than 7 &mut [T] arguments");
+        assert!(
+            self.arg_bytes as usize <= MAX_ARG_BYTES,
+            "gpu_rpc: the method's arguments exceed MAX_ARG_BYTES (4096 bytes)"
+        );
+        assert!(
+            self.ret_bytes as usize <= MAX_RET_BYTES,
+            "gpu_rpc: the method's return value exceeds MAX_RET_BYTES (4096 bytes)"
+        );
+        assert!(
+            self.in_streams as usize <= MAX_IN_STREAMS,
+            "gpu_rpc: more than 7 &str/&[T] arguments"
+        );
+        assert!(
+            self.out_elem_sizes.len() <= MAX_OUT_STREAMS,
+            "gpu_rpc: more than 7 &mut [T] arguments"
+        );
         let mut i = 0;
         while i < self.out_elem_sizes.len() {
             let s = self.out_elem_sizes[i] as usize;
-            assert!(s > 0 && s <= BUFFER_BYTES, "gpu_rpc: out-buffer elements must be 1..=64 bytes");
+            assert!(
+                s > 0 && s <= BUFFER_BYTES,
+                "gpu_rpc: out-buffer elements must be 1..=64 bytes"
+            );
             i += 1;
         }
-        assert!(self.opcode >= crate::protocol::opcodes::FIRST_USER, "gpu_rpc: opcodes below 0x10000 are reserved for the runtime");
+        assert!(
+            self.opcode >= crate::protocol::opcodes::FIRST_USER,
+            "gpu_rpc: opcodes below 0x10000 are reserved for the runtime"
+        );
     }
 }
 
@@ -279,7 +297,11 @@ pub const fn out_packets(count: u64, elem_size: u32) -> u64 {
 /// 0` is packet 0, which starts after the first word).
 #[inline(always)]
 fn fill_block(i: u64, block: &[u8], b: &mut Buffer) {
-    let (start, dst_off) = if i == 0 { (0, 8) } else { (FIRST_PAYLOAD + (i as usize - 1) * BUFFER_BYTES, 0) };
+    let (start, dst_off) = if i == 0 {
+        (0, 8)
+    } else {
+        (FIRST_PAYLOAD + (i as usize - 1) * BUFFER_BYTES, 0)
+    };
     if start < block.len() {
         let n = (block.len() - start).min(BUFFER_BYTES - dst_off);
         b.bytes_mut()[dst_off..dst_off + n].copy_from_slice(&block[start..start + n]);
@@ -289,7 +311,11 @@ fn fill_block(i: u64, block: &[u8], b: &mut Buffer) {
 /// Copy the payload of packet `i` into `block`.
 #[inline(always)]
 fn read_block(i: u64, b: &Buffer, block: &mut [u8]) {
-    let (start, src_off) = if i == 0 { (0, 8) } else { (FIRST_PAYLOAD + (i as usize - 1) * BUFFER_BYTES, 0) };
+    let (start, src_off) = if i == 0 {
+        (0, 8)
+    } else {
+        (FIRST_PAYLOAD + (i as usize - 1) * BUFFER_BYTES, 0)
+    };
     if start < block.len() {
         let n = (block.len() - start).min(BUFFER_BYTES - src_off);
         block[start..start + n].copy_from_slice(&b.bytes()[src_off..src_off + n]);
@@ -309,7 +335,7 @@ pub fn __read_block(i: u64, b: &Buffer, block: &mut [u8]) {
 /// A call in progress on the client, after its frame was sent. Generated
 /// stubs drive it: [`stream`](Self::stream) each input, then
 /// [`reply`](Self::reply) (or [`finish_async`](Self::finish_async)),
-/// [`out`](Self::out) each out-buffer and [`close`](Self::close).
+/// [`ClientReply::out`] each out-buffer and [`ClientReply::close`].
 #[must_use = "a call must be finished with `close()` or `finish_async()`"]
 pub struct ClientCall<'p, 'a> {
     port: Port<'p, 'a, ClientSide, Sent>,
@@ -401,7 +427,12 @@ impl<'p, 'a> ClientCall<'p, 'a> {
             read_block(0, b, ret);
         });
         let port = port.recv_packets(spill_packets(ret.len()), |i, b| read_block(i + 1, b, ret));
-        ClientReply { port, status: Status::from_u32(word as u32), detail: (word >> 32) as u32, desc: self.desc }
+        ClientReply {
+            port,
+            status: Status::from_u32(word as u32),
+            detail: (word >> 32) as u32,
+            desc: self.desc,
+        }
     }
 }
 
@@ -435,7 +466,11 @@ impl<'p, 'a> ClientReply<'p, 'a> {
     pub fn result(&self) -> Result<(), CallError> {
         match self.status {
             Status::Ok => Ok(()),
-            status => Err(CallError { status, detail: self.detail, desc: self.desc }),
+            status => Err(CallError {
+                status,
+                detail: self.detail,
+                desc: self.desc,
+            }),
         }
     }
 
@@ -446,8 +481,17 @@ impl<'p, 'a> ClientReply<'p, 'a> {
         let ok = self.status == Status::Ok;
         let size = T::SIZE;
         let per = BUFFER_BYTES / size;
-        let packets = if ok { out_packets(out.len() as u64, size as u32) } else { 0 };
-        let ClientReply { port, status, detail, desc } = self;
+        let packets = if ok {
+            out_packets(out.len() as u64, size as u32)
+        } else {
+            0
+        };
+        let ClientReply {
+            port,
+            status,
+            detail,
+            desc,
+        } = self;
         let port = match T::slice_as_bytes_mut(out) {
             Some(raw) => port.recv_packets(packets, |i, b| {
                 let start = i as usize * BUFFER_BYTES;
@@ -463,7 +507,12 @@ impl<'p, 'a> ClientReply<'p, 'a> {
                 }
             }),
         };
-        ClientReply { port, status, detail, desc }
+        ClientReply {
+            port,
+            status,
+            detail,
+            desc,
+        }
     }
 
     /// Close the port.

@@ -68,7 +68,11 @@ impl Region {
         // and lives as long as the returned client borrows `self`; the client
         // lock array is used by clients only.
         unsafe {
-            Client::from_parts(self.layout, Parts::from_region(self.base, self.layout), self.client_locks.as_ptr() as *const _)
+            Client::from_parts(
+                self.layout,
+                Parts::from_region(self.base, self.layout),
+                self.client_locks.as_ptr() as *const _,
+            )
         }
     }
 
@@ -76,14 +80,19 @@ impl Region {
     pub fn server(&self) -> Server<'_> {
         // SAFETY: as in `client`, with the server lock array.
         unsafe {
-            Server::from_parts(self.layout, Parts::from_region(self.base, self.layout), self.server_locks.as_ptr() as *const _)
+            Server::from_parts(
+                self.layout,
+                Parts::from_region(self.base, self.layout),
+                self.server_locks.as_ptr() as *const _,
+            )
         }
     }
 
     /// Whether every port is idle and unlocked on both sides (after a run).
     pub fn is_quiescent(&self) -> bool {
         // SAFETY: the client lock array has `lock_words(port_count)` words.
-        let clients = unsafe { protocol::client_locks_clear(self.client_locks.as_ptr() as *const _, self.layout.port_count()) };
+        let clients =
+            unsafe { protocol::client_locks_clear(self.client_locks.as_ptr() as *const _, self.layout.port_count()) };
         clients && self.server().all_idle()
     }
 
@@ -123,7 +132,12 @@ pub struct Launch {
 
 impl Default for Launch {
     fn default() -> Self {
-        Launch { threads: 4, server_threads: 1, port_count: 64, lane_size: 1 }
+        Launch {
+            threads: 4,
+            server_threads: 1,
+            port_count: 64,
+            lane_size: 1,
+        }
     }
 }
 
@@ -254,7 +268,10 @@ where
         return Err(p);
     }
     if let Some(a) = abandoned {
-        return Err(LanePanic { thread: usize::MAX, message: a.to_string() });
+        return Err(LanePanic {
+            thread: usize::MAX,
+            message: a.to_string(),
+        });
     }
     Ok(Report {
         calls: dispatcher.calls() - calls_before,

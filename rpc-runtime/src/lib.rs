@@ -4,12 +4,12 @@
 //! kernels call host services, and the host backends that serve it.
 //!
 //! * [`protocol`] — the `no_std`, allocation-free protocol core: the shared
-//!   memory [`Layout`](protocol::Layout), the client and server processes, and
+//!   memory [`Layout`], the client and server processes, and
 //!   typestate [`Port`](protocol::Port)s. It compiles for the host, for
 //!   `nvptx64-nvidia-cuda` and for `amdgcn-amd-amdhsa`.
 //! * [`lanes`] — warp/wavefront operations (lane id, mask, ballot, broadcast,
 //!   sync) for NVPTX (32 lanes), AMDGCN (64 lanes) and the host (one lane).
-//! * [`wire`] — the [`Wire`](wire::Wire) encoding of arguments and results:
+//! * [`wire`] — the [`Wire`] encoding of arguments and results:
 //!   explicit little-endian bytes, identical on every target, validated on
 //!   decode.
 //! * [`call`] — the call frame that generated client stubs speak: arguments,
@@ -23,7 +23,7 @@
 //! `#[gpu_rpc]`; this crate is what the generated code calls.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch, stdarch_nvptx))]
-#![cfg_attr(target_arch = "amdgpu", feature(link_llvm_intrinsics))]
+#![cfg_attr(target_arch = "amdgpu", feature(link_llvm_intrinsics), allow(internal_features))]
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -39,6 +39,9 @@ pub mod server;
 
 #[cfg(feature = "cpu")]
 pub mod cpu;
+
+#[cfg(feature = "cuda")]
+pub mod cuda;
 
 pub use call::{CallDesc, CallError, Status};
 pub use protocol::{Client, Layout};

@@ -107,7 +107,10 @@ pub mod opcodes {
     pub const FIRST_HASHED: u32 = 0x8000_0000;
 }
 
-const _: () = assert!(cfg!(target_endian = "little"), "gpu_rpc's wire format assumes little-endian targets");
+const _: () = assert!(
+    cfg!(target_endian = "little"),
+    "gpu_rpc's wire format assumes little-endian targets"
+);
 
 /// One lane's 64-byte slot of a packet, as the `send`/`recv` closures see it.
 ///
@@ -159,6 +162,39 @@ pub struct SharedHeader {
 #[repr(C, align(64))]
 pub struct SharedBuffer {
     data: [AtomicU64; BUFFER_WORDS],
+}
+
+impl SharedHeader {
+    /// A zeroed header, for regions built from separate arrays (see
+    /// [`Parts`]); a region laid out by [`Layout`] is zeroed memory instead.
+    pub fn new() -> Self {
+        SharedHeader {
+            opcode: AtomicU32::new(0),
+            _reserved: AtomicU32::new(0),
+            mask: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Default for SharedHeader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SharedBuffer {
+    /// A zeroed lane buffer, for regions built from separate arrays.
+    pub fn new() -> Self {
+        SharedBuffer {
+            data: core::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+impl Default for SharedBuffer {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// The layout of the shared region for a port count and lane size.
@@ -377,8 +413,8 @@ impl Parts {
     /// bytes that stay valid (and are only accessed through this protocol)
     /// for as long as the parts are used.
     pub unsafe fn from_region(base: *mut u8, layout: Layout) -> Parts {
-        // SAFETY (all four): the offsets lie inside the region by
-        // construction of `Layout`, and are 64-byte aligned.
+        // SAFETY: the four offsets lie inside the region by construction of
+        // `Layout` and are 64-byte aligned.
         unsafe {
             Parts {
                 client_outbox: base.add(layout.client_outbox_offset()) as *const AtomicU32,
@@ -422,7 +458,11 @@ impl<'a, S: Side> Process<'a, S> {
         debug_assert!(lane < self.layout.lane_size);
         // SAFETY: `index < port_count` and `lane < lane_size`; the packet
         // array holds `port_count * lane_size` buffers.
-        unsafe { &*self.packet.add(index as usize * self.layout.lane_size as usize + lane as usize) }
+        unsafe {
+            &*self
+                .packet
+                .add(index as usize * self.layout.lane_size as usize + lane as usize)
+        }
     }
 
     #[inline(always)]
@@ -522,7 +562,8 @@ impl<'a, S: Side> Process<'a, S> {
             // the next holder's acquire fence in `try_lock`.
             fence(Ordering::Release);
             // Relaxed RMW: ordered by the fence above.
-            self.lock_word(index).fetch_and(!(1u32 << (index % 32)), Ordering::Relaxed);
+            self.lock_word(index)
+                .fetch_and(!(1u32 << (index % 32)), Ordering::Relaxed);
         }
     }
 
@@ -770,7 +811,15 @@ pub struct Port<'p, 'a, S: Side, St: State> {
 impl<'p, 'a, S: Side, St: State> Port<'p, 'a, S, St> {
     #[inline(always)]
     fn new(p: &'p Process<'a, S>, index: u32, out: u32, lane_mask: u64, peer_mask: u64, opcode: u32) -> Self {
-        Port { p, index, out, lane_mask, peer_mask, opcode, _state: PhantomData }
+        Port {
+            p,
+            index,
+            out,
+            lane_mask,
+            peer_mask,
+            opcode,
+            _state: PhantomData,
+        }
     }
 
     #[inline(always)]
@@ -832,7 +881,10 @@ impl<'p, 'a, S: Side, St: State> Port<'p, 'a, S, St> {
     fn wait(&self) -> Result<(), Abandoned> {
         self.p
             .wait_for_ownership(self.lane_mask, self.index, self.out)
-            .map_err(|()| Abandoned { port: self.index, opcode: self.opcode })
+            .map_err(|()| Abandoned {
+                port: self.index,
+                opcode: self.opcode,
+            })
     }
 
     #[inline(always)]
@@ -1071,7 +1123,7 @@ impl<'p, 'a, St: ServerCanRecv> Port<'p, 'a, ServerSide, St> {
     /// `Vec`, or `None` for lanes whose declared length is over `limit` (their
     /// packets are consumed, nothing is allocated for them).
     #[cfg(feature = "std")]
-    pub fn recv_n_vec(self, limit: u64) -> Result<(Port<'p, 'a, ServerSide, Received>, std::vec::Vec<Option<std::vec::Vec<u8>>>), Abandoned> {
+    pub fn recv_n_vec(self, limit: u64) -> Result<(Port<'p, 'a, ServerSide, Received>, LaneBytes), Abandoned> {
         let mut out: std::vec::Vec<Option<std::vec::Vec<u8>>> = (0..MAX_LANES).map(|_| None).collect();
         let mut lens = [0u64; MAX_LANES as usize];
         let port = self.recv(|lane, b| {
@@ -1089,7 +1141,11 @@ impl<'p, 'a, St: ServerCanRecv> Port<'p, 'a, ServerSide, St> {
         while m != 0 {
             let lane = m.trailing_zeros() as usize;
             m &= m - 1;
-            packets = packets.max(lens[lane].saturating_sub((BUFFER_BYTES - 8) as u64).div_ceil(BUFFER_BYTES as u64));
+            packets = packets.max(
+                lens[lane]
+                    .saturating_sub((BUFFER_BYTES - 8) as u64)
+                    .div_ceil(BUFFER_BYTES as u64),
+            );
         }
         let port = port.recv_packets(packets, |lane, _, b| {
             if let Some(v) = out[lane as usize].as_mut() {
@@ -1107,6 +1163,10 @@ impl<'p, 'a, St: ServerCanRecv> Port<'p, 'a, ServerSide, St> {
         self.close_impl()
     }
 }
+
+/// Per-lane byte streams received by [`Port::recv_n_vec`] (index = lane).
+#[cfg(feature = "std")]
+pub type LaneBytes = std::vec::Vec<Option<std::vec::Vec<u8>>>;
 
 impl<'p, 'a> Port<'p, 'a, ServerSide, Received> {
     /// Receive further packets (the same count for every lane; the server
@@ -1131,7 +1191,10 @@ impl<'p, 'a, St: ServerCanSend> Port<'p, 'a, ServerSide, St> {
     }
 
     /// Stream each lane's `data(lane)` to the client's `recv_n`.
-    pub fn send_n<'d>(self, mut data: impl FnMut(u32) -> &'d [u8]) -> Result<Port<'p, 'a, ServerSide, Sent>, Abandoned> {
+    pub fn send_n<'d>(
+        self,
+        mut data: impl FnMut(u32) -> &'d [u8],
+    ) -> Result<Port<'p, 'a, ServerSide, Sent>, Abandoned> {
         let mut srcs: [&'d [u8]; MAX_LANES as usize] = [&[]; MAX_LANES as usize];
         let mut m = self.lanes();
         let mut packets = 0u64;

@@ -39,7 +39,11 @@ pub struct ServerConfig {
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig { max_stream_bytes: 64 << 20, log_errors: true, keep_errors: 1024 }
+        ServerConfig {
+            max_stream_bytes: 64 << 20,
+            log_errors: true,
+            keep_errors: 1024,
+        }
     }
 }
 
@@ -172,7 +176,11 @@ impl Dispatcher {
                 });
             }
             if info.desc.opcode == opcodes::NOOP {
-                return Err(OpcodeCollision { opcode: opcodes::NOOP, first: "gpu_rpc::noop", second: info.path });
+                return Err(OpcodeCollision {
+                    opcode: opcodes::NOOP,
+                    first: "gpu_rpc::noop",
+                    second: info.path,
+                });
             }
             self.table.insert(info.desc.opcode, (idx, m));
         }
@@ -246,15 +254,33 @@ impl Dispatcher {
         let first_lane = lanes.trailing_zeros();
         let mut bad: Option<(Status, String)> = None;
         if lanes == 0 || raw_mask != lanes {
-            bad = Some((Status::InvalidLaneMask, format!("lane mask {raw_mask:#x} is empty or names lanes beyond the layout's {}", port_lane_size(raw_mask, lanes))));
+            bad = Some((
+                Status::InvalidLaneMask,
+                format!(
+                    "lane mask {raw_mask:#x} is empty or names lanes beyond the layout's {}",
+                    port_lane_size(raw_mask, lanes)
+                ),
+            ));
         }
         let word = words.get(first_lane as usize).copied().unwrap_or(0);
         let frame = FrameWord::unpack(word);
         if bad.is_none() {
             if frame.version != FRAME_VERSION {
-                bad = Some((Status::BadFrame, format!("frame version {} (expected {FRAME_VERSION}), word {word:#018x}", frame.version)));
+                bad = Some((
+                    Status::BadFrame,
+                    format!(
+                        "frame version {} (expected {FRAME_VERSION}), word {word:#018x}",
+                        frame.version
+                    ),
+                ));
             } else if let Some(l) = iter_lanes(lanes).find(|&l| words[l as usize] != word) {
-                bad = Some((Status::BadFrame, format!("lanes disagree on the frame word (lane {first_lane}: {word:#x}, lane {l}: {:#x})", words[l as usize])));
+                bad = Some((
+                    Status::BadFrame,
+                    format!(
+                        "lanes disagree on the frame word (lane {first_lane}: {word:#x}, lane {l}: {:#x})",
+                        words[l as usize]
+                    ),
+                ));
             }
         }
         if let Some((status, message)) = bad {
@@ -262,7 +288,14 @@ impl Dispatcher {
             // If the client was still sending, its next packet overwrites the
             // answer and arrives as a new (equally bad) frame; the client reads
             // the error when it finally waits for a reply.
-            self.record(ServerError { opcode, method: None, port: index, lane: None, status, message });
+            self.record(ServerError {
+                opcode,
+                method: None,
+                port: index,
+                lane: None,
+                status,
+                message,
+            });
             let port = port.send(|_, b| b.data[0] = status as u32 as u64)?;
             port.close();
             return Ok(());
@@ -290,12 +323,20 @@ impl Dispatcher {
         };
 
         // Which method?
-        let method = self.table.get(&opcode).map(|&(s, m)| (s, m, &self.services[s].methods()[m]));
+        let method = self
+            .table
+            .get(&opcode)
+            .map(|&(s, m)| (s, m, &self.services[s].methods()[m]));
         let method_name = method.map(|(_, _, info)| info.path);
         let mut call_status: Option<(Status, String)> = None;
         match method {
             None if opcode == opcodes::NOOP && frame.signature == call::NOOP_DESC.signature => {}
-            None => call_status = Some((Status::UnknownOpcode, "unknown opcode: no service handles it".to_string())),
+            None => {
+                call_status = Some((
+                    Status::UnknownOpcode,
+                    "unknown opcode: no service handles it".to_string(),
+                ))
+            }
             Some((_, _, info)) => {
                 let d = info.desc;
                 if d.signature != frame.signature
@@ -315,7 +356,14 @@ impl Dispatcher {
             for lane in iter_lanes(lanes) {
                 status[lane as usize] = *s;
             }
-            self.record(ServerError { opcode, method: method_name, port: index, lane: None, status: *s, message: message.clone() });
+            self.record(ServerError {
+                opcode,
+                method: method_name,
+                port: index,
+                lane: None,
+                status: *s,
+                message: message.clone(),
+            });
         }
 
         // Size limits on streamed inputs and out-buffers.
@@ -326,7 +374,14 @@ impl Dispatcher {
                 if len > limit && status[lane as usize] == Status::Ok {
                     status[lane as usize] = Status::TooLarge;
                     detail[lane as usize] = i as u32;
-                    self.record(ServerError { opcode, method: method_name, port: index, lane: Some(lane), status: Status::TooLarge, message: format!("streamed argument {i} is {len} bytes, over the limit of {limit}") });
+                    self.record(ServerError {
+                        opcode,
+                        method: method_name,
+                        port: index,
+                        lane: Some(lane),
+                        status: Status::TooLarge,
+                        message: format!("streamed argument {i} is {len} bytes, over the limit of {limit}"),
+                    });
                 }
             }
             if let Some((_, _, info)) = method {
@@ -336,7 +391,16 @@ impl Dispatcher {
                     if bytes > limit && status[lane as usize] == Status::Ok {
                         status[lane as usize] = Status::TooLarge;
                         detail[lane as usize] = (n_in + j) as u32;
-                        self.record(ServerError { opcode, method: method_name, port: index, lane: Some(lane), status: Status::TooLarge, message: format!("out-buffer {j} of {count} elements is {bytes} bytes, over the limit of {limit}") });
+                        self.record(ServerError {
+                            opcode,
+                            method: method_name,
+                            port: index,
+                            lane: Some(lane),
+                            status: Status::TooLarge,
+                            message: format!(
+                                "out-buffer {j} of {count} elements is {bytes} bytes, over the limit of {limit}"
+                            ),
+                        });
                     }
                 }
             }
@@ -351,7 +415,11 @@ impl Dispatcher {
             for lane in iter_lanes(lanes) {
                 packets = packets.max(call::stream_packets(lens(lane, i)));
                 let keep = status[lane as usize] == Status::Ok;
-                streams[lane as usize].push(if keep { Vec::with_capacity(lens(lane, i) as usize) } else { Vec::new() });
+                streams[lane as usize].push(if keep {
+                    Vec::with_capacity(lens(lane, i) as usize)
+                } else {
+                    Vec::new()
+                });
             }
             port = port.recv_packets(packets, |lane, _, b| {
                 if status[lane as usize] != Status::Ok {
@@ -538,7 +606,11 @@ impl ServerCall<'_> {
             detail: index,
             message: format!("argument {index} lies outside the argument block"),
         })?;
-        T::decode(bytes).map_err(|e| LaneError { status: Status::InvalidArgument, detail: index, message: format!("argument {index}: {e}") })
+        T::decode(bytes).map_err(|e| LaneError {
+            status: Status::InvalidArgument,
+            detail: index,
+            message: format!("argument {index}: {e}"),
+        })
     }
 
     /// [`arg_at`](Self::arg_at) for argument 0 at offset `offset`.
@@ -558,11 +630,14 @@ impl ServerCall<'_> {
 
     /// Streamed input `i` as raw bytes.
     pub fn bytes(&self, lane: u32, i: usize, index: u32) -> Result<&[u8], LaneError> {
-        self.streams[lane as usize].get(i).map(|v| v.as_slice()).ok_or_else(|| LaneError {
-            status: Status::BadFrame,
-            detail: index,
-            message: format!("streamed argument {i} missing"),
-        })
+        self.streams[lane as usize]
+            .get(i)
+            .map(|v| v.as_slice())
+            .ok_or_else(|| LaneError {
+                status: Status::BadFrame,
+                detail: index,
+                message: format!("streamed argument {i} missing"),
+            })
     }
 
     /// Streamed input `i` decoded as `T`s.
@@ -572,14 +647,22 @@ impl ServerCall<'_> {
             return Err(LaneError {
                 status: Status::InvalidArgument,
                 detail: index,
-                message: format!("argument {index}: {} bytes is not a whole number of {}-byte elements", bytes.len(), T::SIZE),
+                message: format!(
+                    "argument {index}: {} bytes is not a whole number of {}-byte elements",
+                    bytes.len(),
+                    T::SIZE
+                ),
             });
         }
         bytes
             .chunks_exact(T::SIZE)
             .map(T::decode)
             .collect::<Result<Vec<T>, _>>()
-            .map_err(|e| LaneError { status: Status::InvalidArgument, detail: index, message: format!("argument {index}: {e}") })
+            .map_err(|e| LaneError {
+                status: Status::InvalidArgument,
+                detail: index,
+                message: format!("argument {index}: {e}"),
+            })
     }
 
     /// A zeroed host buffer for out-buffer `j`, as long as the device's
@@ -642,7 +725,14 @@ impl ServerCall<'_> {
                         .or_else(|| payload.downcast_ref::<String>().cloned())
                         .unwrap_or_else(|| "non-string panic payload".to_string());
                     let method = self.method.unwrap_or("?");
-                    self.fail(lane, LaneError { status: Status::HandlerPanicked, detail: 0, message: format!("{method} panicked: {msg}") });
+                    self.fail(
+                        lane,
+                        LaneError {
+                            status: Status::HandlerPanicked,
+                            detail: 0,
+                            message: format!("{method} panicked: {msg}"),
+                        },
+                    );
                 }
             }
         }

@@ -398,7 +398,10 @@ mod tests {
     #[test]
     fn rejects_invalid() {
         assert_eq!(decode::<bool>(&[3]), Err(WireError::InvalidBool(3)));
-        assert_eq!(decode::<char>(&0xD800u32.to_le_bytes()), Err(WireError::InvalidChar(0xD800)));
+        assert_eq!(
+            decode::<char>(&0xD800u32.to_le_bytes()),
+            Err(WireError::InvalidChar(0xD800))
+        );
         assert_eq!(decode::<Option<u8>>(&[7, 0]), Err(WireError::InvalidTag(7)));
         assert_eq!(decode::<u32>(&[1, 2]), Err(WireError::Truncated));
         assert_eq!(decode::<[bool; 2]>(&[1, 9]), Err(WireError::InvalidBool(9)));

@@ -6,7 +6,10 @@ use rpc_runtime::server::{Dispatcher, ServerConfig};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 fn quiet() -> Dispatcher {
-    Dispatcher::new(ServerConfig { log_errors: false, ..ServerConfig::default() })
+    Dispatcher::new(ServerConfig {
+        log_errors: false,
+        ..ServerConfig::default()
+    })
 }
 
 /// The seeds' rpc_test: many threads each making many round-trip increment
@@ -17,7 +20,12 @@ fn contended_increments_are_exact() {
         let d = quiet();
         let total = AtomicU64::new(0);
         let region = Region::new(Layout::new(ports, 1).unwrap());
-        let launch = Launch { threads, server_threads: servers, port_count: ports, lane_size: 1 };
+        let launch = Launch {
+            threads,
+            server_threads: servers,
+            port_count: ports,
+            lane_size: 1,
+        };
         let iters = 500u64;
         let report = run_on(&region, &launch, &d, |client, t| {
             let mut x = t.id as u64 * 1_000_000;
@@ -40,11 +48,20 @@ fn contended_increments_are_exact() {
 #[test]
 fn wide_layout_single_lane_clients() {
     let d = quiet();
-    let report = run(&Launch { threads: 4, server_threads: 1, port_count: 4, lane_size: 32 }, &d, |client, t| {
-        for i in 0..100 {
-            assert_eq!(client.noop(i + t.id as u64).unwrap(), i + t.id as u64 + 1);
-        }
-    })
+    let report = run(
+        &Launch {
+            threads: 4,
+            server_threads: 1,
+            port_count: 4,
+            lane_size: 32,
+        },
+        &d,
+        |client, t| {
+            for i in 0..100 {
+                assert_eq!(client.noop(i + t.id as u64).unwrap(), i + t.id as u64 + 1);
+            }
+        },
+    )
     .unwrap();
     assert_eq!(report.calls, 400);
 }

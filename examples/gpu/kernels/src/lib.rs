@@ -1,0 +1,188 @@
+//! Kernels for the GPU examples, benchmarks and checks (`no_std`, NVPTX).
+//!
+//! Every RPC kernel takes the [`ClientDesc`] the host passes as its first
+//! parameter and builds its [`Client`] from it.
+#![no_std]
+#![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, stdarch_nvptx))]
+
+#[cfg(target_arch = "nvptx64")]
+mod nvptx {
+    use core::arch::nvptx::*;
+    use core::fmt::Write;
+    use core::sync::atomic::{AtomicU32, Ordering};
+    use gpu_example_services::{BenchClient, HostServicesClient};
+    use gpu_rpc::protocol::{Client, ClientDesc};
+
+    #[panic_handler]
+    fn panic(_: &core::panic::PanicInfo) -> ! {
+        // SAFETY: `trap` ends the kernel with an error the host reports.
+        unsafe { trap() }
+    }
+
+    /// Global 1-D thread index and thread count (x dimension).
+    #[inline(always)]
+    fn gid() -> (usize, usize) {
+        // SAFETY: reading special registers.
+        unsafe {
+            (
+                (_block_idx_x() * _block_dim_x() + _thread_idx_x()) as usize,
+                (_grid_dim_x() * _block_dim_x()) as usize,
+            )
+        }
+    }
+
+    /// A fixed buffer `core::fmt` can write into (no allocation on a GPU).
+    struct Line {
+        buf: [u8; 96],
+        len: usize,
+    }
+    impl Write for Line {
+        fn write_str(&mut self, s: &str) -> core::fmt::Result {
+            let n = s.len().min(self.buf.len() - self.len);
+            self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+            self.len += n;
+            Ok(())
+        }
+    }
+    impl Line {
+        fn new() -> Self {
+            Line { buf: [0; 96], len: 0 }
+        }
+        fn as_str(&self) -> &str {
+            // The buffer only ever receives whole `&str`s, cut at a byte
+            // boundary that may split a character: fall back to the valid prefix.
+            match core::str::from_utf8(&self.buf[..self.len]) {
+                Ok(s) => s,
+                Err(e) => {
+                    // SAFETY: `valid_up_to` bytes are valid UTF-8.
+                    unsafe { core::str::from_utf8_unchecked(&self.buf[..e.valid_up_to()]) }
+                }
+            }
+        }
+    }
+
+    /// Each thread makes `iters` runtime no-op calls (`x -> x + 1`) starting
+    /// from its global index and writes the result to `out[gid]`.
+    ///
+    /// # Safety
+    /// `desc` describes a live region; `out` has one `u64` per thread.
+    #[no_mangle]
+    pub unsafe extern "ptx-kernel" fn rpc_noop_kernel(desc: ClientDesc, iters: u32, out: *mut u64) {
+        let (g, _) = gid();
+        // SAFETY: the host passed a live descriptor.
+        let client = unsafe { Client::from_desc(&desc) };
+        let mut x = g as u64;
+        for _ in 0..iters {
+            x = match client.noop(x) {
+                Ok(y) => y,
+                Err(_) => u64::MAX / 2,
+            };
+        }
+        // SAFETY: one slot per thread.
+        unsafe { *out.add(g) = x };
+    }
+
+    /// Like `rpc_noop_kernel` through the generated `Bench::incr` stub.
+    ///
+    /// # Safety
+    /// As `rpc_noop_kernel`.
+    #[no_mangle]
+    pub unsafe extern "ptx-kernel" fn rpc_incr_kernel(desc: ClientDesc, iters: u32, out: *mut u64) {
+        let (g, _) = gid();
+        // SAFETY: the host passed a live descriptor.
+        let client = unsafe { Client::from_desc(&desc) };
+        let bench = BenchClient::new(&client);
+        let mut x = g as u64 * 1_000_000;
+        for _ in 0..iters {
+            x = bench.incr(x);
+        }
+        // SAFETY: one slot per thread.
+        unsafe { *out.add(g) = x };
+    }
+
+    /// Streams `bytes` bytes of `data` to the host `iters` times (bandwidth).
+    ///
+    /// # Safety
+    /// `data` points to `bytes` readable device bytes; `out` one `u64` per thread.
+    #[no_mangle]
+    pub unsafe extern "ptx-kernel" fn rpc_sink_kernel(desc: ClientDesc, data: *const u8, bytes: u64, iters: u32, out: *mut u64) {
+        let (g, _) = gid();
+        // SAFETY: the host passed a live descriptor and buffer.
+        let (client, data) = unsafe { (Client::from_desc(&desc), core::slice::from_raw_parts(data, bytes as usize)) };
+        let bench = BenchClient::new(&client);
+        let mut total = 0;
+        for _ in 0..iters {
+            total += bench.sink(data);
+        }
+        // SAFETY: one slot per thread.
+        unsafe { *out.add(g) = total };
+    }
+
+    /// Each thread prints one short line through `HostServices::print_stderr`
+    /// (`sync`) or `Bench::log` (`async_ != 0`).
+    ///
+    /// # Safety
+    /// `desc` describes a live region.
+    #[no_mangle]
+    pub unsafe extern "ptx-kernel" fn rpc_print_kernel(desc: ClientDesc, async_: u32) {
+        let (g, _) = gid();
+        // SAFETY: the host passed a live descriptor.
+        let client = unsafe { Client::from_desc(&desc) };
+        let mut line = Line::new();
+        let _ = write!(line, "thread {g} says hello\n");
+        if async_ != 0 {
+            BenchClient::new(&client).log(line.as_str());
+        } else {
+            HostServicesClient::new(&client).print_stderr(line.as_str());
+        }
+    }
+
+    static FINISHED: AtomicU32 = AtomicU32::new(0);
+
+    /// The hello example: every thread prints a greeting, adds, reads a block
+    /// from the host; the last thread to finish asks the host to exit with 3.
+    ///
+    /// # Safety
+    /// `desc` describes a live region.
+    #[no_mangle]
+    pub unsafe extern "ptx-kernel" fn hello_kernel(desc: ClientDesc) {
+        let (g, n) = gid();
+        // SAFETY: the host passed a live descriptor.
+        let client = unsafe { Client::from_desc(&desc) };
+        let host = HostServicesClient::new(&client);
+        let sum = host.add(g as u64, 1000);
+        let mut block = [0u8; 24];
+        let got = host.read_block(g as u64 % 8, &mut block);
+        let text = core::str::from_utf8(&block[..got.min(block.len())]).unwrap_or("<invalid>");
+        let mut line = Line::new();
+        // SAFETY: reading special registers.
+        let (b, t) = unsafe { (_block_idx_x(), _thread_idx_x()) };
+        let _ = write!(line, "hello from block {b} thread {t}: {g} + 1000 = {sum}, block says {text:?}");
+        host.print_stderr(line.as_str());
+        // Relaxed RMW: only "who is last" matters; every print above was a
+        // synchronous call the host already completed.
+        if FINISHED.fetch_add(1, Ordering::Relaxed) as usize == n - 1 {
+            host.exit(3);
+        }
+    }
+
+    /// The floor of the benchmarks: one GPU thread and one host thread
+    /// ping-pong a counter over pinned mapped memory, with no protocol.
+    /// `words[0]` is written by the GPU, `words[16]` (another cache line) by
+    /// the host.
+    ///
+    /// # Safety
+    /// `words` points to 32 mapped `u32`s.
+    #[no_mangle]
+    pub unsafe extern "ptx-kernel" fn pingpong_kernel(words: *const AtomicU32, iters: u32) {
+        // SAFETY: 32 live words.
+        let (mine, theirs) = unsafe { (&*words, &*words.add(16)) };
+        for i in 1..=iters {
+            // Release: the host's acquire load of this word sees it after any
+            // earlier writes (none here; kept for a like-for-like protocol).
+            mine.store(i, Ordering::Release);
+            // Acquire: as the protocol's wait does.
+            while theirs.load(Ordering::Acquire) != i {}
+        }
+    }
+}

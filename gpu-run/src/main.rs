@@ -1,0 +1,2 @@
+//! gpu-run: being written.
+fn main() {}

@@ -1,0 +1,1121 @@
+//! Builds a `#![no_std]` device crate (`crate-type = ["cdylib"]`) to PTX for
+//! `nvptx64-nvidia-cuda` or to an AMDGPU code object for `amdgcn-amd-amdhsa`, from a
+//! host crate's `build.rs` (in the spirit of Rust-CUDA's `cuda_builder`).
+//!
+//! # From a build script
+//!
+//! ```no_run
+//! // In the host crate's build.rs, `fn main`:
+//! rpc_build::DeviceBuild::new("kernels") // the device crate's directory
+//!     .target(rpc_build::Target::Nvptx { sm: 90 })
+//!     .optional(true) // no GPU toolchain here: empty kernel.ptx plus a warning
+//!     .build_to_out_dir("kernel.ptx")
+//!     .unwrap_or_else(|e| panic!("{e}"));
+//! ```
+//!
+//! and in the host crate:
+//!
+//! ```text
+//! static KERNEL_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/kernel.ptx"));
+//! // or: env!("GPU_RPC_KERNEL_PTX"), the absolute path of the same file
+//! ```
+//!
+//! The device crate needs its own `[workspace]` table (so it is not taken for a member
+//! of the host's workspace), `#![no_std]`, a `#[panic_handler]`, and kernels declared
+//! as `#[no_mangle] pub unsafe extern "ptx-kernel" fn` (with `#![feature(abi_ptx)]`)
+//! for NVPTX or `extern "gpu-kernel"` (with `#![feature(abi_gpu_kernel)]`) for AMDGPU.
+//! It does not need to set a profile: the build passes `lto = true`,
+//! `panic = "abort"` and `codegen-units = 1` for the `release` profile with `--config`.
+//!
+//! # How it builds
+//!
+//! [`Toolchain::detect`] finds, in order: (a) a rustup `nightly` with `rust-src`, built
+//! with `cargo build -Zbuild-std=core`, linked by rustup's `llvm-bitcode-linker` when
+//! that component is installed; (b) Debian's `/usr/bin/rustc` and `/usr/bin/cargo`
+//! (packages `rustc-web cargo-web rust-web-src rust-web-llvm`) with
+//! `RUSTC_BOOTSTRAP=1 -Zbuild-std=core` and LLVM's tools from `/usr/lib/llvm-22/bin`.
+//!
+//! The device build runs the toolchain's `cargo` directly (not through rustup's proxy)
+//! with `RUSTC` pointing at its `rustc`, in its own target directory (by default
+//! `<device crate>/target/device`), so it never waits on the outer cargo's build lock
+//! and `core`, compiled from source once, is reused by later builds. Environment from
+//! the outer build that would leak into it (`RUSTFLAGS`, `CARGO_TARGET_DIR`,
+//! `CARGO_BUILD_*`, `CARGO_PROFILE_*`, `RUSTC_WRAPPER`, jobserver variables, build
+//! script variables, ...) is removed; the device flags travel in
+//! `CARGO_ENCODED_RUSTFLAGS` (`-C target-cpu=sm_XX -C target-feature=+ptx80` and the
+//! linker).
+//!
+//! ## The linker shim
+//!
+//! rustc links nvptx64 with `llvm-bitcode-linker`, which only rustup ships. Without it,
+//! rustc is given `-C linker=<target dir>/rpc-build/rpc-device-link`: a small Rust
+//! program (this crate's `rpc-device-link` binary, from `src/shim.rs`) that takes the
+//! same command line and runs `llvm-link`, `opt` (internalizing all but the exported
+//! kernels) and `llc -march=nvptx64`. It is compiled on demand with the toolchain's own
+//! `rustc` (about a second, once per target directory; its path never changes, so
+//! `core` is not rebuilt) rather than written as a shell script, because the command
+//! line handling (repeated and `=`-joined flags, `@response` files, extracting bitcode
+//! members from rlib `ar` archives) is easier to get right, and to unit test, in Rust,
+//! and it needs nothing beyond the Rust toolchain that is already there. For amdgcn,
+//! rustc 1.96 panics when driving `rust-lld` itself for this target, so it is told
+//! `-C linker-flavor=gnu-cc` and the same shim rewrites the driver-style arguments
+//! for `ld.lld`.
+//!
+//! # Environment variables
+//!
+//! | variable | effect |
+//! |---|---|
+//! | `GPU_RPC_SKIP_DEVICE_BUILD=1` | [`DeviceBuild::build_to_out_dir`] writes an empty file and a warning |
+//! | `GPU_RPC_RUSTC`, `GPU_RPC_CARGO` | use this toolchain, skip detection |
+//! | `GPU_RPC_RUSTUP_TOOLCHAIN` | the rustup toolchain tried first (default `nightly`) |
+//! | `GPU_RPC_LLVM_BIN` | directory with `llvm-link`, `opt`, `llc` |
+//! | `GPU_RPC_LLD` | `ld.lld`/`rust-lld` for amdgcn |
+//! | `GPU_RPC_DEVICE_TARGET_DIR` | the device build's target directory |
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod error;
+#[allow(dead_code)] // Also the `rpc-device-link` binary; not every item is used here.
+mod shim;
+mod toolchain;
+
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub use error::BuildError;
+pub use toolchain::{Toolchain, ToolchainKind, ENV_CARGO, ENV_LLD, ENV_LLVM_BIN, ENV_RUSTC, ENV_RUSTUP_TOOLCHAIN};
+
+/// When set (to anything but `0` or the empty string),
+/// [`DeviceBuild::build_to_out_dir`] skips the device build and writes an empty file.
+///
+/// ```no_run
+/// std::env::set_var(rpc_build::ENV_SKIP, "1");
+/// ```
+pub const ENV_SKIP: &str = "GPU_RPC_SKIP_DEVICE_BUILD";
+
+/// The device build's target directory, when [`DeviceBuild::target_dir`] is not given.
+///
+/// ```no_run
+/// std::env::set_var(rpc_build::ENV_TARGET_DIR, "/tmp/device-target");
+/// ```
+pub const ENV_TARGET_DIR: &str = "GPU_RPC_DEVICE_TARGET_DIR";
+
+/// The lowest NVPTX architecture accepted: the protocol needs `.sys`-scoped
+/// acquire/release operations, which PTX has from `sm_70`.
+///
+/// ```
+/// assert_eq!(rpc_build::MIN_SM, 70);
+/// ```
+pub const MIN_SM: u32 = 70;
+
+const ALL_ENV: [&str; 7] = [
+    ENV_SKIP,
+    ENV_TARGET_DIR,
+    ENV_RUSTC,
+    ENV_CARGO,
+    ENV_RUSTUP_TOOLCHAIN,
+    ENV_LLVM_BIN,
+    ENV_LLD,
+];
+
+/// The GPU to build for.
+///
+/// ```
+/// use rpc_build::Target;
+/// assert_eq!(Target::Nvptx { sm: 90 }.triple(), "nvptx64-nvidia-cuda");
+/// assert_eq!(Target::Amdgcn { gfx: "gfx90a" }.cpu(), "gfx90a");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// `nvptx64-nvidia-cuda` for `sm_<sm>` (70 or newer), PTX ISA 8.0 or newer.
+    Nvptx {
+        /// The compute capability times ten: 90 for `sm_90` (H100/H200).
+        sm: u32,
+    },
+    /// `amdgcn-amd-amdhsa` for one GPU, e.g. `gfx90a` (MI200) or `gfx942` (MI300).
+    Amdgcn {
+        /// The `gfx` name LLVM knows the GPU by.
+        gfx: &'static str,
+    },
+}
+
+impl Default for Target {
+    fn default() -> Self {
+        Target::Nvptx { sm: 90 }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.triple(), self.cpu())
+    }
+}
+
+impl Target {
+    /// The rustc target triple.
+    ///
+    /// ```
+    /// assert_eq!(rpc_build::Target::Amdgcn { gfx: "gfx942" }.triple(), "amdgcn-amd-amdhsa");
+    /// ```
+    pub fn triple(&self) -> &'static str {
+        match self {
+            Target::Nvptx { .. } => "nvptx64-nvidia-cuda",
+            Target::Amdgcn { .. } => "amdgcn-amd-amdhsa",
+        }
+    }
+
+    /// The `-C target-cpu` value.
+    ///
+    /// ```
+    /// assert_eq!(rpc_build::Target::Nvptx { sm: 90 }.cpu(), "sm_90");
+    /// ```
+    pub fn cpu(&self) -> String {
+        match self {
+            Target::Nvptx { sm } => format!("sm_{sm}"),
+            Target::Amdgcn { gfx } => (*gfx).to_owned(),
+        }
+    }
+
+    /// The extension of the built file: `ptx` or `hsaco`.
+    ///
+    /// ```
+    /// assert_eq!(rpc_build::Target::Amdgcn { gfx: "gfx90a" }.extension(), "hsaco");
+    /// ```
+    pub fn extension(&self) -> &'static str {
+        match self {
+            Target::Nvptx { .. } => "ptx",
+            Target::Amdgcn { .. } => "hsaco",
+        }
+    }
+
+    /// Checks that the protocol can run on this target.
+    ///
+    /// ```
+    /// use rpc_build::Target;
+    /// assert!(Target::Nvptx { sm: 90 }.validate().is_ok());
+    /// assert!(Target::Nvptx { sm: 60 }.validate().is_err()); // no scoped atomics
+    /// assert!(Target::Amdgcn { gfx: "sm_90" }.validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<(), BuildError> {
+        match self {
+            Target::Nvptx { sm } if *sm < MIN_SM => Err(BuildError::UnsupportedTarget(format!(
+                "sm_{sm}: gpu_rpc needs sm_{MIN_SM} or newer (ld.acquire/st.release/fence.acq_rel \
+                 with .sys scope)"
+            ))),
+            Target::Amdgcn { gfx }
+                if !(gfx.len() > 3
+                    && gfx.starts_with("gfx")
+                    && gfx
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b':' || b == b'+')) =>
+            {
+                Err(BuildError::UnsupportedTarget(format!(
+                    "{gfx:?} is not an AMDGPU processor name such as \"gfx90a\" or \"gfx942\""
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn rustc_extension(&self) -> &'static str {
+        match self {
+            Target::Nvptx { .. } => "ptx",
+            Target::Amdgcn { .. } => "elf",
+        }
+    }
+}
+
+/// How the device crate was linked.
+///
+/// ```no_run
+/// # use rpc_build::{DeviceBuild, Linker, Target};
+/// let artifact = DeviceBuild::new("kernels").build()?;
+/// if artifact.linker() == Linker::PtxShim {
+///     println!("linked by rpc-device-link (llvm-link, opt, llc)");
+/// }
+/// # Ok::<(), rpc_build::BuildError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Linker {
+    /// rustup's `llvm-bitcode-linker` component (nvptx64).
+    LlvmBitcodeLinker,
+    /// `rpc-device-link` running `llvm-link`, `opt`, `llc` (nvptx64).
+    PtxShim,
+    /// `rpc-device-link` running `ld.lld` (amdgcn).
+    LldShim,
+}
+
+impl fmt::Display for Linker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Linker::LlvmBitcodeLinker => "llvm-bitcode-linker",
+            Linker::PtxShim => "rpc-device-link (llvm-link + opt + llc)",
+            Linker::LldShim => "rpc-device-link (ld.lld)",
+        })
+    }
+}
+
+/// A built device image.
+///
+/// ```no_run
+/// # use rpc_build::{DeviceBuild, Target};
+/// let artifact = DeviceBuild::new("kernels").target(Target::Nvptx { sm: 90 }).build()?;
+/// println!("{} built with {}", artifact.path().display(), artifact.toolchain());
+/// # Ok::<(), rpc_build::BuildError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Artifact {
+    path: PathBuf,
+    target: Target,
+    toolchain: Toolchain,
+    linker: Linker,
+    sources: Vec<PathBuf>,
+}
+
+impl Artifact {
+    /// The PTX file (nvptx64) or code object (`.hsaco`, amdgcn) in the device target
+    /// directory.
+    ///
+    /// ```no_run
+    /// # let artifact = rpc_build::DeviceBuild::new("kernels").build()?;
+    /// let ptx = std::fs::read_to_string(artifact.path()).unwrap();
+    /// # Ok::<(), rpc_build::BuildError>(())
+    /// ```
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The target it was built for.
+    ///
+    /// ```no_run
+    /// # let artifact = rpc_build::DeviceBuild::new("kernels").build()?;
+    /// assert_eq!(artifact.target().triple(), "nvptx64-nvidia-cuda");
+    /// # Ok::<(), rpc_build::BuildError>(())
+    /// ```
+    pub fn target(&self) -> Target {
+        self.target
+    }
+
+    /// The toolchain that built it.
+    ///
+    /// ```no_run
+    /// # let artifact = rpc_build::DeviceBuild::new("kernels").build()?;
+    /// println!("{:?}", artifact.toolchain().kind());
+    /// # Ok::<(), rpc_build::BuildError>(())
+    /// ```
+    pub fn toolchain(&self) -> &Toolchain {
+        &self.toolchain
+    }
+
+    /// The linker that produced it.
+    ///
+    /// ```no_run
+    /// # let artifact = rpc_build::DeviceBuild::new("kernels").build()?;
+    /// println!("{}", artifact.linker());
+    /// # Ok::<(), rpc_build::BuildError>(())
+    /// ```
+    pub fn linker(&self) -> Linker {
+        self.linker
+    }
+
+    /// The source files it was built from (from cargo's dep-info, without the standard
+    /// library's sources), plus the device crate's `Cargo.toml` and `Cargo.lock`.
+    ///
+    /// ```no_run
+    /// # let artifact = rpc_build::DeviceBuild::new("kernels").build()?;
+    /// for file in artifact.sources() {
+    ///     println!("cargo:rerun-if-changed={}", file.display());
+    /// }
+    /// # Ok::<(), rpc_build::BuildError>(())
+    /// ```
+    pub fn sources(&self) -> &[PathBuf] {
+        &self.sources
+    }
+}
+
+/// What [`DeviceBuild::build_to_out_dir`] put into `OUT_DIR`.
+///
+/// ```no_run
+/// # use rpc_build::{DeviceBuild, Emitted};
+/// match DeviceBuild::new("kernels").optional(true).build_to_out_dir("kernel.ptx")? {
+///     Emitted::Built { path, .. } => println!("kernel at {}", path.display()),
+///     Emitted::Skipped { reason, .. } => println!("no kernel: {reason}"),
+/// }
+/// # Ok::<(), rpc_build::BuildError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub enum Emitted {
+    /// The device image was built and copied to `path`.
+    Built {
+        /// `OUT_DIR/<file name>`.
+        path: PathBuf,
+        /// The build's result.
+        artifact: Box<Artifact>,
+    },
+    /// `path` is an empty placeholder.
+    Skipped {
+        /// `OUT_DIR/<file name>`.
+        path: PathBuf,
+        /// Why (also printed as a `cargo:warning`).
+        reason: String,
+    },
+}
+
+impl Emitted {
+    /// The file in `OUT_DIR`, built or placeholder.
+    ///
+    /// ```no_run
+    /// # let emitted = rpc_build::DeviceBuild::new("kernels").build_to_out_dir("kernel.ptx")?;
+    /// println!("{}", emitted.path().display());
+    /// # Ok::<(), rpc_build::BuildError>(())
+    /// ```
+    pub fn path(&self) -> &Path {
+        match self {
+            Emitted::Built { path, .. } | Emitted::Skipped { path, .. } => path,
+        }
+    }
+
+    /// True for the empty placeholder.
+    ///
+    /// ```no_run
+    /// # let emitted = rpc_build::DeviceBuild::new("kernels").build_to_out_dir("kernel.ptx")?;
+    /// if emitted.is_skipped() {
+    ///     println!("cargo:rustc-cfg=no_device_code");
+    /// }
+    /// # Ok::<(), rpc_build::BuildError>(())
+    /// ```
+    pub fn is_skipped(&self) -> bool {
+        matches!(self, Emitted::Skipped { .. })
+    }
+}
+
+/// A device build: which crate, for which GPU, how.
+///
+/// ```no_run
+/// use rpc_build::{DeviceBuild, Target};
+/// let artifact = DeviceBuild::new("kernels")
+///     .target(Target::Amdgcn { gfx: "gfx90a" })
+///     .build()?;
+/// assert!(artifact.path().extension().unwrap() == "hsaco");
+/// # Ok::<(), rpc_build::BuildError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct DeviceBuild {
+    crate_dir: PathBuf,
+    target: Target,
+    target_dir: Option<PathBuf>,
+    toolchain: Option<Toolchain>,
+    optional: bool,
+    env_var: Option<String>,
+    rustflags: Vec<String>,
+    features: Vec<String>,
+    no_default_features: bool,
+}
+
+impl DeviceBuild {
+    /// A build of the device crate in `crate_dir` (the directory with its
+    /// `Cargo.toml`; relative paths are taken from the current directory, which in a
+    /// build script is the host crate's directory) for `sm_90`.
+    ///
+    /// ```no_run
+    /// let build = rpc_build::DeviceBuild::new("kernels");
+    /// ```
+    pub fn new(crate_dir: impl Into<PathBuf>) -> Self {
+        DeviceBuild {
+            crate_dir: crate_dir.into(),
+            target: Target::default(),
+            target_dir: None,
+            toolchain: None,
+            optional: false,
+            env_var: None,
+            rustflags: Vec::new(),
+            features: Vec::new(),
+            no_default_features: false,
+        }
+    }
+
+    /// Sets the GPU (default `Target::Nvptx { sm: 90 }`).
+    ///
+    /// ```no_run
+    /// # use rpc_build::{DeviceBuild, Target};
+    /// let build = DeviceBuild::new("kernels").target(Target::Amdgcn { gfx: "gfx942" });
+    /// ```
+    pub fn target(mut self, target: Target) -> Self {
+        self.target = target;
+        self
+    }
+
+    /// Sets the device build's target directory (default `$GPU_RPC_DEVICE_TARGET_DIR`,
+    /// else `<crate_dir>/target/device`). Keep it stable: `core` is compiled there, in one
+    /// subdirectory per GPU (`sm_90`, `gfx90a`, ...).
+    ///
+    /// ```no_run
+    /// let out = std::env::var("OUT_DIR").unwrap();
+    /// let build = rpc_build::DeviceBuild::new("kernels").target_dir(format!("{out}/device"));
+    /// ```
+    pub fn target_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.target_dir = Some(dir.into());
+        self
+    }
+
+    /// Uses `toolchain` instead of detecting one.
+    ///
+    /// ```no_run
+    /// # use rpc_build::{DeviceBuild, Target, Toolchain};
+    /// let target = Target::Nvptx { sm: 90 };
+    /// let tc = Toolchain::detect(&target)?;
+    /// let build = DeviceBuild::new("kernels").target(target).toolchain(tc);
+    /// # Ok::<(), rpc_build::BuildError>(())
+    /// ```
+    pub fn toolchain(mut self, toolchain: Toolchain) -> Self {
+        self.toolchain = Some(toolchain);
+        self
+    }
+
+    /// When true, [`build_to_out_dir`](Self::build_to_out_dir) writes an empty
+    /// placeholder and a `cargo:warning` if no toolchain is found, instead of failing.
+    /// Compile errors in the device crate still fail.
+    ///
+    /// ```no_run
+    /// let build = rpc_build::DeviceBuild::new("kernels").optional(true);
+    /// ```
+    pub fn optional(mut self, optional: bool) -> Self {
+        self.optional = optional;
+        self
+    }
+
+    /// Names the `cargo:rustc-env` variable that
+    /// [`build_to_out_dir`](Self::build_to_out_dir) sets to the output's absolute path
+    /// (default `GPU_RPC_` + the file name in upper case, `.` and `-` as `_`:
+    /// `kernel.ptx` gives `GPU_RPC_KERNEL_PTX`).
+    ///
+    /// ```no_run
+    /// let build = rpc_build::DeviceBuild::new("kernels").env_var("MY_KERNEL_PATH");
+    /// ```
+    pub fn env_var(mut self, name: impl Into<String>) -> Self {
+        self.env_var = Some(name.into());
+        self
+    }
+
+    /// Adds a rustc flag for the device crate (and `core`), e.g. `-Cdebuginfo=0`.
+    ///
+    /// ```no_run
+    /// let build = rpc_build::DeviceBuild::new("kernels").rustflag("-Zfmt-debug=none");
+    /// ```
+    pub fn rustflag(mut self, flag: impl Into<String>) -> Self {
+        self.rustflags.push(flag.into());
+        self
+    }
+
+    /// Enables a cargo feature of the device crate.
+    ///
+    /// ```no_run
+    /// let build = rpc_build::DeviceBuild::new("kernels").feature("trace");
+    /// ```
+    pub fn feature(mut self, feature: impl Into<String>) -> Self {
+        self.features.push(feature.into());
+        self
+    }
+
+    /// Disables the device crate's default features.
+    ///
+    /// ```no_run
+    /// let build = rpc_build::DeviceBuild::new("kernels").no_default_features();
+    /// ```
+    pub fn no_default_features(mut self) -> Self {
+        self.no_default_features = true;
+        self
+    }
+
+    fn resolved_target_dir(&self, crate_dir: &Path) -> PathBuf {
+        self.target_dir
+            .clone()
+            .or_else(|| {
+                std::env::var_os(ENV_TARGET_DIR)
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+            })
+            .unwrap_or_else(|| crate_dir.join("target").join("device"))
+    }
+
+    /// Builds the device crate; returns where the PTX / code object is.
+    ///
+    /// The first build compiles `core` from source (about 25 s on two cores); later
+    /// builds reuse it.
+    ///
+    /// ```no_run
+    /// use rpc_build::{DeviceBuild, Target};
+    /// let artifact = DeviceBuild::new("kernels").target(Target::Nvptx { sm: 90 }).build()?;
+    /// let ptx = std::fs::read_to_string(artifact.path()).unwrap();
+    /// assert!(ptx.contains(".target sm_90"));
+    /// # Ok::<(), rpc_build::BuildError>(())
+    /// ```
+    pub fn build(&self) -> Result<Artifact, BuildError> {
+        self.target.validate()?;
+        if !self.crate_dir.join("Cargo.toml").is_file() {
+            return Err(BuildError::NoDeviceCrate(self.crate_dir.clone()));
+        }
+        let crate_dir = fs::canonicalize(&self.crate_dir)
+            .map_err(|e| BuildError::io(format!("cannot resolve {}", self.crate_dir.display()), e))?;
+        let toolchain = match &self.toolchain {
+            Some(tc) => tc.clone(),
+            None => Toolchain::detect(&self.target)?,
+        };
+        let target_dir = self.resolved_target_dir(&crate_dir);
+        fs::create_dir_all(&target_dir)
+            .map_err(|e| BuildError::io(format!("cannot create {}", target_dir.display()), e))?;
+        let target_dir = fs::canonicalize(&target_dir)
+            .map_err(|e| BuildError::io(format!("cannot resolve {}", target_dir.display()), e))?;
+
+        // One cargo target directory per GPU: `core` is built per `-C target-cpu`
+        // anyway, and the uplifted `<crate>.ptx`/`.elf` has the same name for every
+        // GPU, so concurrent builds for two GPUs must not share it.
+        let cargo_target_dir = target_dir.join(self.target.cpu());
+
+        let linker = match self.target {
+            Target::Nvptx { .. } if toolchain.bitcode_linker => Linker::LlvmBitcodeLinker,
+            Target::Nvptx { .. } => Linker::PtxShim,
+            Target::Amdgcn { .. } => Linker::LldShim,
+        };
+        let mut flags = vec![format!("-Ctarget-cpu={}", self.target.cpu())];
+        if let Target::Nvptx { .. } = self.target {
+            flags.push("-Ctarget-feature=+ptx80".to_owned());
+        }
+        let mut cmd = Command::new(&toolchain.cargo);
+        if linker != Linker::LlvmBitcodeLinker {
+            let shim = ensure_shim(&toolchain, &target_dir)?;
+            flags.push(format!("-Clinker={}", shim.display()));
+            if linker == Linker::LldShim {
+                // `gnu-cc` is an "unstable" flavor value for this target.
+                flags.push("-Zunstable-options".to_owned());
+                flags.push("-Clinker-flavor=gnu-cc".to_owned());
+                cmd.env(shim::ENV_MODE, "lld");
+                if let Some(lld) = &toolchain.lld {
+                    cmd.env(shim::ENV_LLD, lld);
+                }
+            } else {
+                cmd.env(shim::ENV_MODE, "ptx");
+                if let Some(bin) = &toolchain.llvm_bin {
+                    cmd.env(shim::ENV_LLVM_BIN, bin);
+                }
+            }
+        }
+        flags.extend(self.rustflags.iter().cloned());
+
+        clean_env(&mut cmd);
+        cmd.current_dir(&crate_dir)
+            .env("RUSTC", &toolchain.rustc)
+            .env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"))
+            .args(["build", "--release", "--message-format=json-render-diagnostics"])
+            .arg("--manifest-path")
+            .arg(crate_dir.join("Cargo.toml"))
+            .args(["--target", self.target.triple()])
+            .arg("--target-dir")
+            .arg(&cargo_target_dir)
+            .args([
+                "--config",
+                "profile.release.lto=true",
+                "--config",
+                "profile.release.panic=\"abort\"",
+                "--config",
+                "profile.release.codegen-units=1",
+            ]);
+        if toolchain.bootstrap {
+            cmd.env("RUSTC_BOOTSTRAP", "1");
+        }
+        if toolchain.build_std {
+            cmd.arg("-Zbuild-std=core");
+        }
+        if self.no_default_features {
+            cmd.arg("--no-default-features");
+        }
+        if !self.features.is_empty() {
+            cmd.arg("--features").arg(self.features.join(","));
+        }
+        let output = run_captured(&mut cmd)?;
+
+        let rustc_ext = self.target.rustc_extension();
+        let built = artifact_files(&output)
+            .into_iter()
+            .rfind(|f| f.extension().is_some_and(|e| e == rustc_ext))
+            .ok_or_else(|| BuildError::NoArtifact {
+                crate_dir: crate_dir.clone(),
+                extension: rustc_ext,
+            })?;
+        let path = built.with_extension(self.target.extension());
+        if path != built {
+            copy_atomically(&built, &path)?;
+        }
+        check_artifact(&path, &self.target)?;
+
+        let mut sources = fs::read_to_string(built.with_extension("d"))
+            .map(|text| parse_dep_info(&text))
+            .unwrap_or_default();
+        let std_src = toolchain.sysroot.join("lib/rustlib");
+        sources.retain(|p| !p.starts_with(&std_src));
+        for file in ["Cargo.toml", "Cargo.lock"] {
+            let p = crate_dir.join(file);
+            if p.is_file() && !sources.contains(&p) {
+                sources.push(p);
+            }
+        }
+        Ok(Artifact {
+            path,
+            target: self.target,
+            toolchain,
+            linker,
+            sources,
+        })
+    }
+
+    /// For `build.rs`: builds, copies the result to `$OUT_DIR/<file_name>`, and prints
+    /// `cargo:rerun-if-changed` for the device crate's sources,
+    /// `cargo:rerun-if-env-changed` for the `GPU_RPC_*` variables, and
+    /// `cargo:rustc-env=<var>=<absolute path>` (see [`env_var`](Self::env_var)).
+    ///
+    /// With `GPU_RPC_SKIP_DEVICE_BUILD=1`, or when no toolchain is found and the build
+    /// is [`optional`](Self::optional), it writes an empty file there instead and prints
+    /// a `cargo:warning`, so the host crate still builds on machines without a GPU
+    /// toolchain (`include_str!` then gives `""`).
+    ///
+    /// ```no_run
+    /// // build.rs
+    /// rpc_build::DeviceBuild::new("kernels")
+    ///     .optional(true)
+    ///     .build_to_out_dir("kernel.ptx")
+    ///     .unwrap_or_else(|e| panic!("{e}"));
+    /// ```
+    pub fn build_to_out_dir(&self, file_name: &str) -> Result<Emitted, BuildError> {
+        let out_dir = std::env::var_os("OUT_DIR")
+            .map(PathBuf::from)
+            .ok_or(BuildError::NotInBuildScript)?;
+        let dest = out_dir.join(file_name);
+        let var = self.env_var.clone().unwrap_or_else(|| default_env_var(file_name));
+        for name in ALL_ENV {
+            println!("cargo:rerun-if-env-changed={name}");
+        }
+        println!("cargo:rustc-env={var}={}", dest.display());
+
+        let skip = std::env::var(ENV_SKIP).is_ok_and(|v| !v.is_empty() && v != "0");
+        let result = if skip {
+            Err(format!("{ENV_SKIP} is set"))
+        } else {
+            match self.build() {
+                Ok(artifact) => Ok(artifact),
+                Err(e @ BuildError::ToolchainNotFound { .. }) if self.optional => Err(e.to_string()),
+                Err(e) => return Err(e),
+            }
+        };
+        match result {
+            Ok(artifact) => {
+                copy_atomically(artifact.path(), &dest)?;
+                for source in artifact.sources() {
+                    println!("cargo:rerun-if-changed={}", source.display());
+                }
+                Ok(Emitted::Built {
+                    path: dest,
+                    artifact: Box::new(artifact),
+                })
+            }
+            Err(reason) => {
+                fs::write(&dest, b"").map_err(|e| BuildError::io(format!("cannot write {}", dest.display()), e))?;
+                println!(
+                    "cargo:warning=rpc-build: skipped the device build of {} for {}; {} is an empty placeholder",
+                    self.crate_dir.display(),
+                    self.target,
+                    dest.display()
+                );
+                for line in reason.lines().filter(|l| !l.trim().is_empty()) {
+                    println!("cargo:warning={line}");
+                }
+                for file in ["Cargo.toml", "src"] {
+                    println!("cargo:rerun-if-changed={}", self.crate_dir.join(file).display());
+                }
+                Ok(Emitted::Skipped { path: dest, reason })
+            }
+        }
+    }
+}
+
+/// `<pid>-<n>`: unique among the processes and threads building at the same time.
+fn unique_suffix() -> String {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{}-{n}", std::process::id())
+}
+
+/// Copies through a temporary file and a rename, so readers never see half a file.
+fn copy_atomically(from: &Path, to: &Path) -> Result<(), BuildError> {
+    let mut tmp = to.as_os_str().to_owned();
+    tmp.push(format!(".tmp-{}", unique_suffix()));
+    let tmp = PathBuf::from(tmp);
+    fs::copy(from, &tmp).and_then(|_| fs::rename(&tmp, to)).map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        BuildError::io(format!("cannot copy {} to {}", from.display(), to.display()), e)
+    })
+}
+
+fn default_env_var(file_name: &str) -> String {
+    let mut var = String::from("GPU_RPC_");
+    var.extend(file_name.chars().map(|c| {
+        if c.is_ascii_alphanumeric() {
+            c.to_ascii_uppercase()
+        } else {
+            '_'
+        }
+    }));
+    var
+}
+
+/// Removes what an outer cargo (or the user's shell) set that would change or break
+/// the device build.
+fn clean_env(cmd: &mut Command) {
+    const KEEP_CARGO: [&str; 7] = [
+        "CARGO_HOME",
+        "CARGO_NET_",
+        "CARGO_HTTP_",
+        "CARGO_REGISTRIES_",
+        "CARGO_REGISTRY_",
+        "CARGO_TERM_",
+        "CARGO_BUILD_JOBS",
+    ];
+    const REMOVE: [&str; 20] = [
+        "RUSTFLAGS",
+        "RUSTDOCFLAGS",
+        "RUSTC",
+        "RUSTDOC",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTC_LINKER",
+        "RUSTC_BOOTSTRAP",
+        "RUSTUP_TOOLCHAIN",
+        "MAKEFLAGS",
+        "MFLAGS",
+        "OUT_DIR",
+        "TARGET",
+        "HOST",
+        "PROFILE",
+        "OPT_LEVEL",
+        "DEBUG",
+        "NUM_JOBS",
+        "RUSTC_ERROR_METADATA_DST",
+        "__CARGO_FIX_PLZ",
+    ];
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        let cargo_var = key.starts_with("CARGO_") && !KEEP_CARGO.iter().any(|k| key.starts_with(k));
+        let internal = key.starts_with("__CARGO");
+        if cargo_var || internal || REMOVE.contains(&key) {
+            cmd.env_remove(key);
+        }
+    }
+}
+
+fn show(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+fn run_captured(cmd: &mut Command) -> Result<String, BuildError> {
+    let out = cmd
+        .output()
+        .map_err(|e| BuildError::io(format!("cannot run {}", cmd.get_program().to_string_lossy()), e))?;
+    if out.status.success() {
+        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    let tail = lines[lines.len().saturating_sub(200)..].join("\n");
+    Err(BuildError::CommandFailed {
+        command: show(cmd),
+        status: out.status.to_string(),
+        stderr: tail,
+    })
+}
+
+/// The shim's source; compiled on demand (see the crate docs).
+const SHIM_SOURCE: &str = include_str!("shim.rs");
+const SHIM_MAIN: &str = "#[allow(dead_code)]\nmod shim;\nfn main() -> std::process::ExitCode {\n    shim::main()\n}\n";
+
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for &b in *part {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h ^= 0xff;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Compiles `rpc-device-link` into `<target_dir>/rpc-build/link-<hash>/` unless it is
+/// there. The hash covers the shim's source and the compiler, so a changed shim gets a
+/// new path: the path is part of the rustflags, hence of every device unit's
+/// fingerprint, and cargo relinks (and rebuilds `core`) with the new one.
+fn ensure_shim(tc: &Toolchain, target_dir: &Path) -> Result<PathBuf, BuildError> {
+    let key = fnv1a(&[
+        SHIM_SOURCE.as_bytes(),
+        tc.version.as_bytes(),
+        tc.rustc.as_os_str().as_encoded_bytes(),
+    ]);
+    let dir = target_dir.join("rpc-build").join(format!("link-{key:016x}"));
+    let exe = dir.join(format!("rpc-device-link{}", std::env::consts::EXE_SUFFIX));
+    if exe.is_file() {
+        return Ok(exe);
+    }
+    let unique = unique_suffix();
+    let src = dir.join(format!("src-{unique}"));
+    fs::create_dir_all(&src).map_err(|e| BuildError::io(format!("cannot create {}", src.display()), e))?;
+    let write = |name: &str, text: &str| {
+        fs::write(src.join(name), text).map_err(|e| BuildError::io(format!("cannot write {name}"), e))
+    };
+    write("main.rs", SHIM_MAIN)?;
+    write("shim.rs", SHIM_SOURCE)?;
+    // rustc names its intermediate files after the output's stem: keep them apart
+    // from a concurrent build's by writing the binary inside the private directory.
+    let tmp = src.join("rpc-device-link");
+    let mut cmd = Command::new(&tc.rustc);
+    cmd.env_remove("RUSTC_BOOTSTRAP")
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .args(["--edition", "2021", "--crate-name", "rpc_device_link"])
+        .args(["--crate-type", "bin", "-Copt-level=1", "-Cstrip=debuginfo"])
+        .arg(src.join("main.rs"))
+        .arg("-o")
+        .arg(&tmp);
+    // Atomic: a concurrent build may have put one there already.
+    let result = run_captured(&mut cmd)
+        .and_then(|_| fs::rename(&tmp, &exe).map_err(|e| BuildError::io(format!("cannot move {}", tmp.display()), e)));
+    let _ = fs::remove_dir_all(&src);
+    result.map(|()| exe)
+}
+
+/// Parses one JSON string literal starting at `s[0] == '"'`; returns it and the rest.
+fn json_string(s: &str) -> Option<(String, &str)> {
+    let mut out = String::new();
+    let mut chars = s.strip_prefix('"')?.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Some((out, &s[i + 2..])),
+            '\\' => match chars.next()?.1 {
+                'n' => out.push('\n'),
+                't' => out.push('\t'),
+                'r' => out.push('\r'),
+                'b' => out.push('\u{8}'),
+                'f' => out.push('\u{c}'),
+                'u' => {
+                    let hex: String = (0..4).filter_map(|_| chars.next().map(|(_, c)| c)).collect();
+                    let code = u32::from_str_radix(&hex, 16).ok()?;
+                    out.push(char::from_u32(code).unwrap_or('\u{fffd}'));
+                }
+                other => out.push(other),
+            },
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+/// The `filenames` of every `compiler-artifact` message in cargo's JSON output.
+fn artifact_files(json_lines: &str) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for line in json_lines.lines() {
+        if !line.contains("\"reason\":\"compiler-artifact\"") {
+            continue;
+        }
+        let Some(start) = line.find("\"filenames\":[") else {
+            continue;
+        };
+        let mut rest = &line[start + "\"filenames\":[".len()..];
+        while let Some((name, after)) = json_string(rest.trim_start()) {
+            files.push(PathBuf::from(name));
+            rest = after.trim_start().strip_prefix(',').unwrap_or(after);
+        }
+    }
+    files
+}
+
+/// The prerequisites in a Makefile-style dep-info file (as rustc writes them).
+fn parse_dep_info(text: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = Vec::new();
+    for line in text.lines() {
+        let Some(colon) = line.find(": ").or_else(|| line.strip_suffix(':').map(|l| l.len())) else {
+            continue;
+        };
+        let deps = line[colon + 1..].trim();
+        let mut current = String::new();
+        let mut chars = deps.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' if chars.peek() == Some(&' ') => {
+                    current.push(' ');
+                    chars.next();
+                }
+                ' ' | '\t' => {
+                    if !current.is_empty() {
+                        files.push(PathBuf::from(std::mem::take(&mut current)));
+                    }
+                }
+                c => current.push(c),
+            }
+        }
+        if !current.is_empty() {
+            files.push(PathBuf::from(current));
+        }
+    }
+    let mut seen = Vec::new();
+    files.retain(|f| {
+        if seen.contains(f) {
+            false
+        } else {
+            seen.push(f.clone());
+            true
+        }
+    });
+    files
+}
+
+/// Checks the built file is a PTX module / an AMDGPU ELF code object.
+fn check_artifact(path: &Path, target: &Target) -> Result<(), BuildError> {
+    let data = fs::read(path).map_err(|e| BuildError::io(format!("cannot read {}", path.display()), e))?;
+    let bad = |reason: String| {
+        Err(BuildError::BadArtifact {
+            path: path.to_path_buf(),
+            reason,
+        })
+    };
+    match target {
+        Target::Nvptx { .. } => {
+            let text = String::from_utf8_lossy(&data);
+            let want = format!(".target {}", target.cpu());
+            if !text.contains(&want) {
+                return bad(format!("not PTX for {} (no `{want}` line)", target.cpu()));
+            }
+        }
+        Target::Amdgcn { .. } => match elf_machine(&data) {
+            Some(EM_AMDGPU) => {}
+            Some(m) => return bad(format!("ELF for machine {m}, not EM_AMDGPU ({EM_AMDGPU})")),
+            None => return bad("not an ELF file".to_owned()),
+        },
+    }
+    Ok(())
+}
+
+const EM_AMDGPU: u16 = 224;
+
+/// `e_machine` of a little-endian ELF file.
+fn elf_machine(data: &[u8]) -> Option<u16> {
+    if data.len() < 20 || &data[..4] != b"\x7fELF" || data[5] != 1 {
+        return None;
+    }
+    Some(u16::from_le_bytes([data[18], data[19]]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_old_nvptx_and_bad_gfx() {
+        let e = Target::Nvptx { sm: 61 }.validate().unwrap_err();
+        assert!(e.to_string().contains("sm_70"), "{e}");
+        assert!(Target::Nvptx { sm: 70 }.validate().is_ok());
+        assert!(Target::Amdgcn { gfx: "gfx90a" }.validate().is_ok());
+        assert!(Target::Amdgcn { gfx: "gfx90a:xnack+" }.validate().is_ok());
+        assert!(Target::Amdgcn { gfx: "" }.validate().is_err());
+        assert!(Target::Amdgcn { gfx: "gfx9 0a" }.validate().is_err());
+    }
+
+    #[test]
+    fn toolchain_not_found_says_what_to_install() {
+        let e = BuildError::ToolchainNotFound {
+            target: "nvptx64-nvidia-cuda".into(),
+            tried: vec![
+                "rustup: toolchain `nightly` has neither rust-src nor the nvptx64-nvidia-cuda target".into(),
+                "Debian: /usr/bin/rustc not found".into(),
+            ],
+        };
+        let text = e.to_string();
+        for needle in [
+            "nvptx64-nvidia-cuda",
+            "  - rustup: toolchain `nightly` has neither rust-src",
+            "  - Debian: /usr/bin/rustc not found",
+            "rustup toolchain install nightly --component rust-src --component llvm-bitcode-linker",
+            "apt-get install rustc-web cargo-web rust-web-src rust-web-llvm lld-22",
+            "GPU_RPC_RUSTC",
+            "GPU_RPC_LLVM_BIN",
+            "GPU_RPC_SKIP_DEVICE_BUILD=1",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn detect_with_bogus_override_reports_it() {
+        // GPU_RPC_RUSTC pointing nowhere must fail with a ToolchainNotFound naming it.
+        // (Exercised through `custom` to avoid mutating the process environment.)
+        let err = Toolchain::custom_for_test("/nonexistent/rustc", &Target::default()).unwrap_err();
+        assert!(err.contains("/nonexistent/rustc"), "{err}");
+    }
+
+    #[test]
+    fn parses_cargo_json_artifacts() {
+        let json = concat!(
+            r#"{"reason":"compiler-artifact","target":{"kind":["lib"]},"filenames":["/t/libcore-1.rlib","/t/libcore-1.rmeta"],"fresh":true}"#,
+            "\n",
+            r#"{"reason":"build-finished","success":true}"#,
+            "\n",
+            r#"{"reason":"compiler-artifact","filenames":["/t/nvptx64-nvidia-cuda/release/k.ptx", "/a\"b\\c\u0041.ptx"],"executable":null}"#,
+        );
+        let files = artifact_files(json);
+        assert_eq!(
+            files,
+            [
+                PathBuf::from("/t/libcore-1.rlib"),
+                PathBuf::from("/t/libcore-1.rmeta"),
+                PathBuf::from("/t/nvptx64-nvidia-cuda/release/k.ptx"),
+                PathBuf::from("/a\"b\\cA.ptx"),
+            ]
+        );
+    }
+
+    #[test]
+    fn parses_dep_info() {
+        let text = "/t/release/k.ptx: /w/k/src/lib.rs /w/k/src/a\\ b.rs\n\n/w/k/src/lib.rs:\n";
+        assert_eq!(
+            parse_dep_info(text),
+            [PathBuf::from("/w/k/src/lib.rs"), PathBuf::from("/w/k/src/a b.rs")]
+        );
+    }
+
+    #[test]
+    fn default_env_var_names() {
+        assert_eq!(default_env_var("kernel.ptx"), "GPU_RPC_KERNEL_PTX");
+        assert_eq!(default_env_var("my-k.hsaco"), "GPU_RPC_MY_K_HSACO");
+    }
+
+    #[test]
+    fn elf_machine_reads_e_machine() {
+        let mut elf = vec![0u8; 64];
+        elf[..4].copy_from_slice(b"\x7fELF");
+        elf[5] = 1;
+        elf[18..20].copy_from_slice(&224u16.to_le_bytes());
+        assert_eq!(elf_machine(&elf), Some(EM_AMDGPU));
+        assert_eq!(elf_machine(b"//\n// Generated by LLVM NVPTX"), None);
+    }
+
+    #[test]
+    fn shim_main_compiles_against_shim_source() {
+        // The on-demand build writes these two files; make sure main refers to what exists.
+        assert!(SHIM_SOURCE.contains("pub fn main() -> ExitCode"));
+        assert!(SHIM_MAIN.contains("shim::main()"));
+    }
+}

@@ -1,0 +1,6 @@
+use gpu_rpc::gpu_rpc;
+
+#[gpu_rpc]
+pub struct X;
+
+fn main() {}
