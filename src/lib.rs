@@ -56,8 +56,14 @@
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(missing_docs)]
 
+// `#[gpu_rpc]` and `#[derive(Wire)]` name `::gpu_rpc::...` paths; this lets
+// them work inside this crate too (the `services` module uses them).
+extern crate self as gpu_rpc;
+
 pub use rpc_macros::{gpu_rpc, Wire};
 pub use rpc_runtime::*;
+
+pub mod services;
 
 /// What generated code needs; not a public API.
 ///
@@ -71,6 +77,8 @@ pub use rpc_runtime::*;
 pub mod __private {
     pub use crate::__gpu_rpc_if_std as if_std;
     pub use core;
+    #[cfg(feature = "std")]
+    pub use std::sync::Arc;
 
     use crate::call::{CallDesc, CallError, Status};
     use crate::wire::WireError;

@@ -541,6 +541,33 @@ fn host_side(svc: &Service, service: &str, rpc: &Ident, server: &Ident) -> Token
     );
     let methods_doc = format!("The server's method table of [`{service}`], in declaration order.");
 
+    // `Arc<T>` forwards to `T`, so one implementation can be registered with a
+    // dispatcher and still be read by the program that owns it afterwards
+    // (`Dispatcher::add(FooServer(Arc::clone(&host)))`).
+    let fwd_t = Ident::new("GpuRpcShared", Span::call_site());
+    let forwards = svc.item.items.iter().filter_map(|item| match item {
+        syn::TraitItem::Fn(f) => {
+            let mut sig = f.sig.clone();
+            let mut names = Vec::new();
+            for (i, input) in sig.inputs.iter_mut().enumerate() {
+                if let syn::FnArg::Typed(pt) = input {
+                    let name = Ident::new(&format!("arg{i}"), Span::mixed_site());
+                    *pt.pat = syn::parse_quote!(#name);
+                    names.push(name);
+                }
+            }
+            let name = &sig.ident;
+            Some(quote! {
+                #[inline]
+                #sig {
+                    <#fwd_t as #tr>::#name(&**self, #(#names),*)
+                }
+            })
+        }
+        _ => None,
+    });
+    let forwards: Vec<_> = forwards.collect();
+
     quote! {
         ::gpu_rpc::__private::if_std! {
             #[doc = #server_doc]
@@ -551,6 +578,10 @@ fn host_side(svc: &Service, service: &str, rpc: &Ident, server: &Ident) -> Token
             impl #rpc {
                 #[doc = #methods_doc]
                 pub const METHODS: &'static [::gpu_rpc::server::MethodInfo] = &[#(#infos),*];
+            }
+
+            impl<#fwd_t: #tr + ?::gpu_rpc::__private::core::marker::Sized> #tr for ::gpu_rpc::__private::Arc<#fwd_t> {
+                #(#forwards)*
             }
 
             impl<#imp: #tr + ::gpu_rpc::__private::core::marker::Send + ::gpu_rpc::__private::core::marker::Sync>

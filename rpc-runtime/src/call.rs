@@ -358,7 +358,8 @@ impl<'a> Client<'a> {
     pub fn begin<'p>(&'p self, desc: &'static CallDesc, block: &[u8]) -> ClientCall<'p, 'a> {
         debug_assert_eq!(block.len(), desc.block_len());
         let word = desc.frame_word().pack();
-        let port = self.open(desc.opcode).send(|b| {
+        let words = 1 + block.len().min(FIRST_PAYLOAD).div_ceil(8);
+        let port = self.open(desc.opcode).send_words(words, |b| {
             b.data[0] = word;
             fill_block(0, block, b);
         });
@@ -422,11 +423,19 @@ impl<'p, 'a> ClientCall<'p, 'a> {
     #[inline]
     pub fn reply(self, ret: &mut [u8]) -> ClientReply<'p, 'a> {
         let mut word = 0u64;
-        let port = self.port.recv(|b| {
+        let words = 1 + ret.len().min(FIRST_PAYLOAD).div_ceil(8);
+        let port = self.port.recv_words(words, |b| {
             word = b.data[0];
             read_block(0, b, ret);
         });
-        let port = port.recv_packets(spill_packets(ret.len()), |i, b| read_block(i + 1, b, ret));
+        // A call the server refused as a whole (it could not trust or did not
+        // know the frame) is answered with packet 0 only.
+        let refused = matches!(
+            Status::from_u32(word as u32),
+            Status::UnknownOpcode | Status::SignatureMismatch | Status::BadFrame | Status::InvalidLaneMask
+        );
+        let spill = if refused { 0 } else { spill_packets(ret.len()) };
+        let port = port.recv_packets(spill, |i, b| read_block(i + 1, b, ret));
         ClientReply {
             port,
             status: Status::from_u32(word as u32),

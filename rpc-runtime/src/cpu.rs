@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::lanes::Halt;
-use crate::protocol::{self, lock_words, Client, Layout, Parts, Server};
+use crate::protocol::{self, client_local_words, lock_words, Client, Layout, Parts, Server};
 use crate::server::Dispatcher;
 
 /// A shared region and the two sides' lock arrays, in host memory.
@@ -48,7 +48,9 @@ impl Region {
         Region {
             layout,
             base,
-            client_locks: (0..words).map(|_| AtomicU32::new(0)).collect(),
+            client_locks: (0..client_local_words(layout.port_count()))
+                .map(|_| AtomicU32::new(0))
+                .collect(),
             server_locks: (0..words).map(|_| AtomicU32::new(0)).collect(),
         }
     }
@@ -196,7 +198,14 @@ where
     let done = AtomicBool::new(false);
     let halted = AtomicUsize::new(0);
     let server_threads = launch.server_threads.max(1) as u32;
-    let ports = region.layout().port_count();
+    // Spin between polls only when every thread can have a core; on an
+    // oversubscribed machine a spinning server steals the clients' time.
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let idle_spins = if launch.threads + server_threads as usize <= cores {
+        4096
+    } else {
+        0
+    };
     let mut panics = Vec::new();
     let mut abandoned = None;
     std::thread::scope(|s| {
@@ -205,23 +214,7 @@ where
                 let done = &done;
                 s.spawn(move || {
                     let server = region.server().with_abort(done);
-                    let lo = t * ports / server_threads;
-                    let hi = (t + 1) * ports / server_threads;
-                    loop {
-                        // Acquire: once `done` is seen, every client's last
-                        // outbox flip is visible to the final drain below.
-                        let finished = done.load(Ordering::Acquire);
-                        let mut n = dispatcher.poll(&server, lo..hi)?;
-                        if server_threads > 1 {
-                            n += dispatcher.poll(&server, 0..lo)? + dispatcher.poll(&server, hi..ports)?;
-                        }
-                        if finished && n == 0 {
-                            return Ok::<(), protocol::Abandoned>(());
-                        }
-                        if n == 0 {
-                            std::thread::yield_now();
-                        }
-                    }
+                    dispatcher.serve_until(&server, t, server_threads, done, idle_spins)
                 })
             })
             .collect();

@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::{result, sys, CudaContext, DriverError};
 
-use crate::protocol::{lock_words, Abandoned, ClientDesc, Layout, Parts, Server, MAX_PORTS};
+use crate::protocol::{client_local_words, lock_words, Abandoned, ClientDesc, Layout, Parts, Server, MAX_PORTS};
 use crate::server::Dispatcher;
 
 /// Lanes per packet on NVIDIA GPUs: the warp size.
@@ -760,6 +760,115 @@ impl Drop for DeviceWords {
     }
 }
 
+/// Plain device memory (`cuMemAlloc`), zeroed, freed on drop: kernel inputs
+/// and the `cuMemcpyDtoH` baseline of the benchmarks.
+///
+/// ```no_run
+/// use rpc_runtime::cuda::{CudaDevice, DeviceBuffer, PinnedBuffer};
+/// let dev = CudaDevice::new(0)?;
+/// let src = DeviceBuffer::new(&dev, 4096)?;
+/// let dst = PinnedBuffer::new(&dev, 4096)?;
+/// let took = src.copy_to(&dst)?; // a synchronous cuMemcpyDtoH
+/// assert!(took.as_nanos() > 0);
+/// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+/// ```
+pub struct DeviceBuffer {
+    words: DeviceWords,
+}
+
+impl fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("device_ptr", &self.words.dptr)
+            .field("len", &self.words.bytes)
+            .finish()
+    }
+}
+
+impl DeviceBuffer {
+    /// `len` zeroed bytes of device memory (at least one byte is allocated).
+    pub fn new(device: &CudaDevice, len: usize) -> Result<DeviceBuffer, CudaError> {
+        Ok(DeviceBuffer {
+            words: DeviceWords::zeroed(device, len.max(1))?,
+        })
+    }
+
+    /// The device address, for a [`KernelArg::Ptr`].
+    pub fn device_ptr(&self) -> u64 {
+        self.words.dptr
+    }
+
+    /// Bytes allocated.
+    pub fn len(&self) -> usize {
+        self.words.bytes
+    }
+
+    /// Whether the buffer is empty (never: at least one byte is allocated).
+    pub fn is_empty(&self) -> bool {
+        self.words.bytes == 0
+    }
+
+    /// Copy the first `dst.len()` bytes to `dst` with a synchronous
+    /// `cuMemcpyDtoH`; returns how long the copy took.
+    pub fn copy_to(&self, dst: &PinnedBuffer) -> Result<Duration, CudaError> {
+        if dst.len() > self.words.bytes {
+            return Err(CudaError::config(format!(
+                "copy of {} bytes from a {}-byte device buffer",
+                dst.len(),
+                self.words.bytes
+            )));
+        }
+        self.words.device.bind()?;
+        let n = dst.len();
+        let src = self.words.dptr;
+        let host = dst.host_ptr();
+        let t0 = Instant::now();
+        // SAFETY: `host` is a live pinned allocation of `n` bytes that no kernel
+        // writes during this synchronous copy; `src` holds at least `n` bytes.
+        guard("copying device memory to the host", || unsafe {
+            result::memcpy_dtoh_sync(std::slice::from_raw_parts_mut(host, n), src)
+        })?;
+        Ok(t0.elapsed())
+    }
+}
+
+/// Per-thread stack every launch gets at least (`CU_LIMIT_STACK_SIZE`). CUDA's
+/// default, 1 KiB, is too small for device-side `core::fmt` formatting
+/// (`gpu_println!` with `{:?}` needs about 1.5 KiB, the panic handler about
+/// 2 KiB); past it a kernel dies with an illegal address and reports nothing.
+pub const MIN_STACK_BYTES: usize = 4096;
+
+impl CudaDevice {
+    /// Raise the per-thread stack size to at least `bytes` (never lowers it).
+    pub fn ensure_stack_size(&self, bytes: usize) -> Result<(), CudaError> {
+        self.bind()?;
+        let mut current = 0usize;
+        // SAFETY: the context is current; reading a limit has no side effects.
+        guard("reading the stack size limit", || unsafe {
+            sys::cuCtxGetLimit(&mut current, sys::CUlimit::CU_LIMIT_STACK_SIZE).result()
+        })?;
+        if current < bytes {
+            // SAFETY: the context is current; no kernel of ours is running
+            // (launches wait for their kernels).
+            guard("raising the stack size limit", || unsafe {
+                sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_STACK_SIZE, bytes).result()
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Set the size of the buffer CUDA's device `printf` writes into
+    /// (`CU_LIMIT_PRINTF_FIFO_SIZE`); lines beyond it are dropped by CUDA.
+    /// Must be called before the module using `printf` is loaded.
+    pub fn set_printf_fifo_size(&self, bytes: usize) -> Result<(), CudaError> {
+        self.bind()?;
+        // SAFETY: the context is current; the limit is a plain setting.
+        guard("setting the printf FIFO size", || unsafe {
+            sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_PRINTF_FIFO_SIZE, bytes).result()
+        })
+    }
+}
+
 /// A shared region for one GPU: the protocol's memory in pinned, mapped host
 /// memory (zeroed), the client lock words in device memory (zeroed, so the
 /// device's lock read-modify-writes never cross the bus) and the server lock
@@ -809,7 +918,7 @@ impl CudaRegion {
             ));
         }
         let words = lock_words(port_count);
-        let client_locks = DeviceWords::zeroed(device, words * 4)?;
+        let client_locks = DeviceWords::zeroed(device, client_local_words(port_count) * 4)?;
         Ok(CudaRegion {
             device: device.clone(),
             layout,
@@ -895,7 +1004,12 @@ impl CudaRegion {
     /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
     /// ```
     pub fn is_quiescent(&self) -> Result<bool, CudaError> {
-        let clients_clear = self.client_locks.read()?.iter().all(|&w| w == 0);
+        let clients_clear = self
+            .client_locks
+            .read()?
+            .iter()
+            .take(lock_words(self.layout.port_count()))
+            .all(|&w| w == 0);
         Ok(clients_clear && self.server().all_idle())
     }
 
@@ -1567,8 +1681,9 @@ fn kernel_error(kernel: &str, e: DriverError) -> CudaError {
     }
 }
 
-/// One server thread: poll its own slice of the ports, then (with several
-/// threads) the rest, until the kernel is over and a full pass finds nothing.
+/// One server thread (see [`Dispatcher::serve_until`]). Server threads of a
+/// GPU backend spin between idle passes: the host polls memory the GPU
+/// writes, and a yield would add its latency to every call.
 fn serve(
     region: &CudaRegion,
     dispatcher: &Dispatcher,
@@ -1577,27 +1692,11 @@ fn serve(
     threads: u32,
 ) -> Result<(), Abandoned> {
     let server = region.server().with_abort(done);
-    let ports = region.layout.port_count();
-    let lo = (t as u64 * ports as u64 / threads as u64) as u32;
-    let hi = ((t as u64 + 1) * ports as u64 / threads as u64) as u32;
-    loop {
-        // Acquire: pairs with the release store of `done`, made after the
-        // stream reported the kernel finished, so the final pass below sees
-        // every mailbox flip the kernel made (including fire-and-forget calls
-        // nobody waits for).
-        let finished = done.load(Ordering::Acquire);
-        let mut n = dispatcher.poll(&server, lo..hi)?;
-        if threads > 1 {
-            n += dispatcher.poll(&server, 0..lo)? + dispatcher.poll(&server, hi..ports)?;
-        }
-        if finished && n == 0 {
-            return Ok(());
-        }
-        if n == 0 {
-            std::thread::yield_now();
-        }
-    }
+    dispatcher.serve_until(&server, t, threads, done, SERVER_IDLE_SPINS)
 }
+
+/// Idle passes a CUDA server thread spins before it yields.
+const SERVER_IDLE_SPINS: u32 = 1 << 16;
 
 /// Launch `kernel` on the stream and wait until it is over. Returns the
 /// kernel's GPU time, or how it failed. When this returns, the kernel is not
@@ -1742,6 +1841,7 @@ pub fn launch_with_region(
         )));
     }
     device.bind()?;
+    device.ensure_stack_size(MIN_STACK_BYTES)?;
 
     // Argument storage: stays in place until the kernel is over.
     let mut desc = region.client_desc();

@@ -4,7 +4,7 @@
 //! | target            | lanes | implementation                                  |
 //! |-------------------|-------|-------------------------------------------------|
 //! | `nvptx64`         | 32    | PTX inline assembly (`activemask`, `vote.sync`, `shfl.sync`, `bar.warp.sync`) |
-//! | `amdgpu`          | 64    | LLVM AMDGPU intrinsics (`ballot`, `readfirstlane`, `mbcnt`) |
+//! | `amdgpu`          | 64    | LLVM AMDGPU intrinsics (`ballot`, `readlane`, `mbcnt`); wave32 GPUs use the lower half |
 //! | everything else   | 1     | the calling host thread is a one-lane warp       |
 //!
 //! All functions are *convergent*: every lane named in `mask` must call them
@@ -114,8 +114,27 @@ mod imp {
 
 #[cfg(target_arch = "amdgpu")]
 mod imp {
-    /// Lanes in a wavefront (wave64; the protocol treats wave32 targets as
-    /// 64-lane wavefronts whose upper half is never active).
+    //! AMDGCN through LLVM's `llvm.amdgcn.*` intrinsics (declared here with
+    //! `link_llvm_intrinsics`, so the runtime needs no `stdarch_amdgpu`).
+    //! LLVM gives the declarations the intrinsics' own attributes
+    //! (`convergent` for the cross-lane ones), so they are not moved across
+    //! divergent control flow. `rpc-build/tests/amdgcn_rpc.rs` checks how they
+    //! come out for gfx90a and gfx942.
+    //!
+    //! # Wavefront size
+    //!
+    //! rustc 1.96 exposes no `target_feature` cfg for AMDGPU (`rustc --print cfg
+    //! --target amdgcn-amd-amdhsa -C target-cpu=gfx1100` lists none, and
+    //! `wavefrontsize32` is not a feature rustc knows), so the lane count
+    //! cannot follow the target at compile time. It is 64, the wavefront of
+    //! the CDNA GPUs this backend is for (gfx90a, gfx942). On a wave32 target
+    //! (RDNA, e.g. gfx1100, unless built with `-C target-feature=+wavefrontsize64`)
+    //! the same code is correct: every intrinsic here is defined for wave32
+    //! (`ballot.i64` is zero-extended, `mbcnt.hi` adds nothing), so a wave32
+    //! wavefront is a 64-lane one whose upper half is never active; packets
+    //! then use half of their lane slots.
+
+    /// Lanes in a wavefront (wave64; see the module notes for wave32).
     pub const LANE_SIZE: u32 = 64;
 
     #[allow(improper_ctypes)]
@@ -126,60 +145,90 @@ mod imp {
         fn mbcnt_hi(mask: u32, add: u32) -> u32;
         #[link_name = "llvm.amdgcn.ballot.i64"]
         fn ballot_i64(pred: bool) -> u64;
-        #[link_name = "llvm.amdgcn.readfirstlane.i32"]
-        fn readfirstlane(x: u32) -> u32;
+        #[link_name = "llvm.amdgcn.readlane.i32"]
+        fn readlane(x: u32, lane: u32) -> u32;
         #[link_name = "llvm.amdgcn.wave.barrier"]
         fn wave_barrier();
         #[link_name = "llvm.amdgcn.s.sleep"]
         fn s_sleep(n: u32);
-        #[link_name = "llvm.amdgcn.s.endpgm"]
-        fn s_endpgm() -> !;
+        #[link_name = "llvm.amdgcn.endpgm"]
+        fn endpgm() -> !;
         #[link_name = "llvm.amdgcn.workgroup.id.x"]
         fn workgroup_id_x() -> u32;
+        #[link_name = "llvm.amdgcn.workgroup.id.y"]
+        fn workgroup_id_y() -> u32;
+        #[link_name = "llvm.amdgcn.workgroup.id.z"]
+        fn workgroup_id_z() -> u32;
         #[link_name = "llvm.amdgcn.workitem.id.x"]
         fn workitem_id_x() -> u32;
     }
 
     #[inline(always)]
     pub fn lane_id() -> u32 {
-        // SAFETY: mbcnt counts set bits of the given mask below this lane.
+        // SAFETY: `mbcnt` counts the set bits of the mask below this lane
+        // (`v_mbcnt_lo/hi_u32_b32`); it has no preconditions and touches no
+        // memory.
         unsafe { mbcnt_hi(!0, mbcnt_lo(!0, 0)) }
     }
     #[inline(always)]
     pub fn lane_mask() -> u64 {
-        // SAFETY: a ballot of `true` over the active lanes.
+        // SAFETY: a ballot of `true` is the EXEC mask: exactly the lanes
+        // executing this call together. No memory is touched.
         unsafe { ballot_i64(true) }
     }
     #[inline(always)]
     pub fn ballot(mask: u64, pred: bool) -> u64 {
-        // SAFETY: a wavefront ballot; inactive lanes contribute zero.
+        // SAFETY: a wavefront ballot (`v_cmp` into an SGPR pair); inactive
+        // lanes contribute zero. Every lane of `mask` calls this together
+        // (the module's convergence contract).
         unsafe { ballot_i64(pred) & mask }
     }
     #[inline(always)]
-    pub fn broadcast(_mask: u64, x: u32) -> u32 {
-        // SAFETY: reads `x` from the first active lane, which is the first
-        // lane of `mask` because only lanes of `mask` run this code.
-        unsafe { readfirstlane(x) }
+    pub fn broadcast(mask: u64, x: u32) -> u32 {
+        // `readlane` from the first lane of `mask`, not `readfirstlane`: the
+        // two agree whenever exactly the lanes of `mask` are active (the
+        // convergence contract), but `readlane` names the source lane, so the
+        // result is the documented one even if more lanes happen to be active
+        // (e.g. a wavefront that reconverged around a divergent caller).
+        // `mask` is wavefront-uniform (it came from a ballot), so the index is
+        // uniform, as `v_readlane_b32` needs.
+        let src = mask.trailing_zeros() & 63;
+        // SAFETY: `src < 64`; reading a lane's VGPR has no other precondition
+        // and touches no memory.
+        unsafe { readlane(x, src) }
     }
     #[inline(always)]
     pub fn sync(_mask: u64) {
-        // SAFETY: a wavefront executes in lock step; this is a compiler barrier.
+        // SAFETY: the lanes of a wavefront execute in lock step; this is a
+        // scheduling barrier (`wave_barrier`) that keeps the compiler from
+        // moving memory operations across it. No memory is touched.
         unsafe { wave_barrier() }
     }
     #[inline(always)]
     pub fn sleep_briefly() {
-        // SAFETY: sleeps this wavefront for about 64 clocks.
+        // SAFETY: `s_sleep 1` suspends this wavefront for about 64 clocks.
         unsafe { s_sleep(1) }
     }
     #[inline(always)]
     pub fn warp_hint() -> u32 {
-        // SAFETY: reads dispatch ids.
-        unsafe { workgroup_id_x().wrapping_mul(16).wrapping_add(workitem_id_x() / 64) }
+        // SAFETY: reading the dispatch's workgroup/work-item ids has no
+        // preconditions. Only the spread of the value matters (it picks the
+        // first port to try): 16 wavefronts per workgroup (1024 work-items)
+        // is the most a workgroup has, and y/z workgroups are mixed in.
+        unsafe {
+            let wg = workgroup_id_x()
+                .wrapping_add(workgroup_id_y().wrapping_mul(0x9e37))
+                .wrapping_add(workgroup_id_z().wrapping_mul(0x7f4a_7c15));
+            wg.wrapping_mul(16).wrapping_add(workitem_id_x() / LANE_SIZE)
+        }
     }
     #[inline(always)]
     pub fn halt() -> ! {
-        // SAFETY: ends the wavefront.
-        unsafe { s_endpgm() }
+        // SAFETY: `s_endpgm` ends the wavefront; nothing runs after it.
+        // On AMDGPU a lane cannot end alone: this ends every lane of the
+        // wavefront, including lanes waiting outside a divergent branch that
+        // called it (documented on `lanes::halt`).
+        unsafe { endpgm() }
     }
 }
 
@@ -299,6 +348,12 @@ pub fn warp_hint() -> u32 {
 
 /// End this lane for good: `exit;` on NVPTX, `s_endpgm` on AMDGCN; on the host
 /// it unwinds with [`Halt`], which the CPU backend catches to end the thread.
+///
+/// On AMDGCN a lane cannot end alone: `s_endpgm` ends the whole wavefront,
+/// including lanes that are waiting outside a divergent branch that called
+/// this (LLVM libc's `gpu::end_program` behaves the same). Call it from
+/// converged code, or only when the other lanes of the wavefront have nothing
+/// left to do.
 #[inline(always)]
 pub fn halt() -> ! {
     imp::halt()

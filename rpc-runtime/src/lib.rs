@@ -43,6 +43,9 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 
+#[cfg(feature = "hsa")]
+pub mod hsa;
+
 pub use call::{CallDesc, CallError, Status};
 pub use protocol::{Client, Layout};
 pub use wire::Wire;

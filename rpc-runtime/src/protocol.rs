@@ -10,7 +10,7 @@
 //! | client outboxes | `port_count` × `u32` (64-byte rounded) | client     |
 //! | server outboxes | `port_count` × `u32` (64-byte rounded) | server     |
 //! | headers         | `port_count` × 64 B (opcode, lane mask) | client   |
-//! | packets         | `port_count` × `lane_size` × 64 B     | owner of the port |
+//! | packets         | `port_count` × `lane_size` × 64 B, word-major (`[port][word][lane]`) | owner of the port |
 //!
 //! [`Layout`] computes the offsets; [`allocation_size`] the total. The port
 //! count is chosen at run time by the host (1 ..= [`MAX_PORTS`]).
@@ -158,10 +158,21 @@ pub struct SharedHeader {
     mask: AtomicU64,
 }
 
-/// One lane's buffer in shared memory.
+/// 64 bytes of a port's packet area in shared memory: in normal builds the
+/// packet is word-major (word `w` of lane `l` at `w * lane_size + l`), under
+/// loom one lane's buffer.
+///
+/// Its words are relaxed atomics (plain `ld/st.relaxed.sys` on a GPU), so
+/// the host never reads memory a misbehaving device writes concurrently as
+/// non-atomic data. Under loom they are a tracked `UnsafeCell` instead, so the
+/// model checker reports any access not ordered by the mailbox handoff as a
+/// data race (and explores far fewer states than eight atomics would give).
 #[repr(C, align(64))]
 pub struct SharedBuffer {
+    #[cfg(not(loom))]
     data: [AtomicU64; BUFFER_WORDS],
+    #[cfg(loom)]
+    data: loom::cell::UnsafeCell<[u64; BUFFER_WORDS]>,
 }
 
 impl SharedHeader {
@@ -186,7 +197,10 @@ impl SharedBuffer {
     /// A zeroed lane buffer, for regions built from separate arrays.
     pub fn new() -> Self {
         SharedBuffer {
+            #[cfg(not(loom))]
             data: core::array::from_fn(|_| AtomicU64::new(0)),
+            #[cfg(loom)]
+            data: loom::cell::UnsafeCell::new([0; BUFFER_WORDS]),
         }
     }
 }
@@ -289,6 +303,22 @@ pub const fn allocation_size(port_count: u32, lane_size: u32) -> usize {
         Some(l) => l.allocation_size(),
         None => panic!("invalid layout"),
     }
+}
+
+/// Side-local bit array of the client's outbox copies.
+const SHADOW_OUTBOX: usize = 1;
+/// Side-local bit array: the port was last closed after a receive, so it is
+/// idle (the client owns it) without reading the inbox.
+const KNOWN_IDLE: usize = 2;
+
+/// `u32` words of device-local state the client side needs for `port_count`
+/// ports: three bit arrays (locks, outbox copies, known-idle flags), zeroed.
+///
+/// ```
+/// assert_eq!(rpc_runtime::protocol::client_local_words(33), 6);
+/// ```
+pub const fn client_local_words(port_count: u32) -> usize {
+    3 * lock_words(port_count)
 }
 
 /// `u32` words of side-local lock bits for `port_count` ports.
@@ -453,6 +483,7 @@ impl<'a, S: Side> Process<'a, S> {
         unsafe { &*self.header.add(index as usize) }
     }
 
+    #[cfg(loom)]
     #[inline(always)]
     fn lane_buffer(&self, index: u32, lane: u32) -> &SharedBuffer {
         debug_assert!(lane < self.layout.lane_size);
@@ -462,6 +493,45 @@ impl<'a, S: Side> Process<'a, S> {
             &*self
                 .packet
                 .add(index as usize * self.layout.lane_size as usize + lane as usize)
+        }
+    }
+
+    /// Word of side-local bit array `array` (0: locks; on the client also
+    /// 1: outbox shadow, 2: known idle) holding port `index`'s bit.
+    #[inline(always)]
+    fn local_word(&self, array: usize, index: u32) -> &AtomicU32 {
+        // SAFETY: the client's local array has `client_local_words(port_count)`
+        // words (three bit arrays), the server's one bit array; callers pass
+        // `array == 0` on the server.
+        unsafe {
+            &*self
+                .locks
+                .add(array * lock_words(self.layout.port_count) + index as usize / 32)
+        }
+    }
+
+    /// Read bit `index` of side-local array `array`. Only the holder of the
+    /// port's lock reads or writes its bits.
+    #[inline(always)]
+    fn local_bit(&self, mask: u64, array: usize, index: u32) -> bool {
+        // Relaxed: the port lock (acquired with a fence) orders this read after
+        // the previous holder's write.
+        let w = lanes::broadcast(mask, self.local_word(array, index).load(Ordering::Relaxed));
+        w & (1 << (index % 32)) != 0
+    }
+
+    /// Set bit `index` of side-local array `array` to `v` (first lane only).
+    #[inline(always)]
+    fn set_local_bit(&self, mask: u64, array: usize, index: u32, v: bool) {
+        if lanes::is_first_lane(mask) {
+            let bit = 1u32 << (index % 32);
+            // Relaxed RMW: atomic so that neighbouring ports' bits in the same
+            // word survive; ordered for the next holder by the lock's fences.
+            if v {
+                self.local_word(array, index).fetch_or(bit, Ordering::Relaxed);
+            } else {
+                self.local_word(array, index).fetch_and(!bit, Ordering::Relaxed);
+            }
         }
     }
 
@@ -496,7 +566,7 @@ impl<'a, S: Side> Process<'a, S> {
 
     /// Hand the buffer to the other side.
     #[inline(always)]
-    fn invert_outbox(&self, index: u32, out: u32) -> u32 {
+    fn invert_outbox(&self, mask: u64, index: u32, out: u32) -> u32 {
         let flipped = out ^ 1;
         // Release (system scope on GPUs): every write this lane made to the
         // packet and header becomes visible before the flipped outbox is. Each
@@ -506,6 +576,11 @@ impl<'a, S: Side> Process<'a, S> {
         // Relaxed store: ordered by the fence above; a plain store keeps the
         // single-writer rule (no read-modify-write on shared memory).
         self.outbox(index).store(flipped, Ordering::Relaxed);
+        if !S::INVERT {
+            // Keep the device-local copy of the client outbox in step, so
+            // opening a port never reads the outbox back over the bus.
+            self.set_local_bit(mask, SHADOW_OUTBOX, index, flipped == 1);
+        }
         flipped
     }
 
@@ -548,7 +623,7 @@ impl<'a, S: Side> Process<'a, S> {
         if acquired {
             // Acquire: synchronizes with the release fence in `unlock`, so the
             // previous holder's mailbox and packet accesses happen before ours.
-            fence(Ordering::Acquire);
+            local_fence(Ordering::Acquire);
         }
         acquired
     }
@@ -560,7 +635,7 @@ impl<'a, S: Side> Process<'a, S> {
         if lanes::is_first_lane(mask) {
             // Release: every access this warp made to the port happens before
             // the next holder's acquire fence in `try_lock`.
-            fence(Ordering::Release);
+            local_fence(Ordering::Release);
             // Relaxed RMW: ordered by the fence above.
             self.lock_word(index)
                 .fetch_and(!(1u32 << (index % 32)), Ordering::Relaxed);
@@ -568,26 +643,70 @@ impl<'a, S: Side> Process<'a, S> {
     }
 
     #[inline(always)]
-    fn write_buffer(&self, index: u32, lane: u32, b: &Buffer) {
-        let dst = self.lane_buffer(index, lane);
-        for (w, v) in dst.data.iter().zip(b.data.iter()) {
+    fn write_buffer(&self, index: u32, lane: u32, b: &Buffer, words: usize) {
+        #[cfg(not(loom))]
+        for (w, v) in b.data.iter().enumerate().take(words) {
             // Relaxed: this side owns the buffer; the release fence in
             // `invert_outbox` publishes these stores.
-            w.store(*v, Ordering::Relaxed);
+            self.word(index, lane, w).store(*v, Ordering::Relaxed);
+        }
+        // SAFETY: this side owns the buffer (loom checks that claim).
+        #[cfg(loom)]
+        self.lane_buffer(index, lane)
+            .data
+            .with_mut(|p| unsafe { (&mut *p)[..words].copy_from_slice(&b.data[..words]) });
+    }
+
+    /// Word `word` of lane `lane`'s buffer of port `index`. Packets are laid
+    /// out word-major (`[word][lane]`), so when a warp stores or loads word
+    /// `w` of its lanes' buffers the accesses are contiguous and coalesce
+    /// (32 lanes × 8 bytes = two 128-byte transactions instead of 32).
+    #[cfg(not(loom))]
+    #[inline(always)]
+    fn word(&self, index: u32, lane: u32, word: usize) -> &AtomicU64 {
+        debug_assert!(lane < self.layout.lane_size && word < BUFFER_WORDS);
+        let lanes = self.layout.lane_size as usize;
+        // SAFETY: the packet area of port `index` is `lane_size` buffers of
+        // `BUFFER_WORDS` words (`lane_size * BUFFER_WORDS` atomics starting at
+        // buffer `index * lane_size`); `word * lanes + lane` is below that.
+        unsafe {
+            let base = self.packet.add(index as usize * lanes) as *const AtomicU64;
+            &*base.add(word * lanes + lane as usize)
         }
     }
 
     #[inline(always)]
-    fn read_buffer(&self, index: u32, lane: u32) -> Buffer {
-        let src = self.lane_buffer(index, lane);
+    fn read_buffer(&self, index: u32, lane: u32, words: usize) -> Buffer {
         let mut b = Buffer::default();
-        for (v, w) in b.data.iter_mut().zip(src.data.iter()) {
+        #[cfg(not(loom))]
+        for (w, v) in b.data.iter_mut().enumerate().take(words) {
             // Relaxed: the acquire fence after the ownership check orders these
             // loads after the other side's stores.
-            *v = w.load(Ordering::Relaxed);
+            *v = self.word(index, lane, w).load(Ordering::Relaxed);
         }
+        // SAFETY: this side owns the buffer (loom checks that claim).
+        #[cfg(loom)]
+        self.lane_buffer(index, lane)
+            .data
+            .with(|p| b.data[..words].copy_from_slice(unsafe { &(&*p)[..words] }));
         b
     }
+}
+
+/// A fence ordering accesses between the threads of one side, which share
+/// the side-local lock bits: GPU scope on NVPTX (`fence.acq_rel.gpu`; all lock
+/// holders are warps of one GPU, so a system-scope fence would only add the
+/// wait for host-visible writes), the standard fence elsewhere.
+#[inline(always)]
+fn local_fence(order: Ordering) {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let _ = order;
+        // SAFETY: a memory fence; no operands.
+        unsafe { core::arch::asm!("fence.acq_rel.gpu;", options(nostack, preserves_flags)) };
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    fence(order);
 }
 
 /// The client (device) side of the protocol: warps open ports and make calls.
@@ -610,8 +729,8 @@ pub struct Server<'a> {
 pub struct ClientDesc {
     /// Device address of the shared region (64-byte aligned).
     pub shared: u64,
-    /// Device address of `lock_words(port_count)` zeroed `u32` lock words in
-    /// device-local memory.
+    /// Device address of [`client_local_words`]`(port_count)` zeroed `u32`
+    /// words in device-local memory (lock bits, outbox copies, idle flags).
     pub locks: u64,
     /// Ports in the region.
     pub port_count: u32,
@@ -626,8 +745,8 @@ impl<'a> Client<'a> {
     ///
     /// # Safety
     /// The parts must describe a region laid out by `layout`, valid for `'a`;
-    /// `locks` must point to [`lock_words`]`(port_count)` lock words used by
-    /// this client side only (all clients of one region share them).
+    /// `locks` must point to [`client_local_words`]`(port_count)` zeroed words
+    /// used by this client side only (all clients of one region share them).
     pub unsafe fn from_parts(layout: Layout, parts: Parts, locks: *const AtomicU32) -> Self {
         Client {
             p: Process {
@@ -682,9 +801,23 @@ impl<'a> Client<'a> {
         loop {
             let mask = lanes::lane_mask();
             if self.p.try_lock(mask, index) {
-                let inbox = self.p.load_inbox(mask, index);
-                let outbox = self.p.load_outbox(mask, index);
+                // The outbox from its device-local copy; the inbox only when
+                // the last holder did not leave the port known idle (a
+                // synchronous call ends with the client owning the port).
+                let outbox = self.p.local_bit(mask, SHADOW_OUTBOX, index) as u32;
+                let idle = self.p.local_bit(mask, KNOWN_IDLE, index);
+                let inbox = if idle { outbox } else { self.p.load_inbox(mask, index) };
                 if !Process::<ClientSide>::buffer_unavailable(inbox, outbox) {
+                    if !idle {
+                        // Acquire (system scope): the server's last reads of
+                        // this port's header and packet (ordered before its
+                        // outbox flip by its release fence) happen before the
+                        // writes below. Without it the next call's writes could
+                        // race with the server's reads of a fire-and-forget
+                        // call (found by loom). A known-idle port was last
+                        // closed after a receive whose wait already fenced.
+                        fence(Ordering::Acquire);
+                    }
                     if lanes::is_first_lane(mask) {
                         let h = self.p.header(index);
                         // Relaxed: published with the packet by the release
@@ -851,29 +984,35 @@ impl<'p, 'a, S: Side, St: State> Port<'p, 'a, S, St> {
 
     /// Wait until this side owns the buffer, then hand it to `fill` for every
     /// lane this side writes, and give the buffer to the other side.
+    ///
+    /// Only the first `words` words of each lane's buffer cross (a GPU reading
+    /// host memory pays a bus round trip per load, so calls move only what
+    /// they use).
     #[inline(always)]
-    fn send_impl(&mut self, fill: &mut dyn FnMut(u32, &mut Buffer)) -> Result<(), Abandoned> {
+    fn send_impl(&mut self, words: usize, mut fill: impl FnMut(u32, &mut Buffer)) -> Result<(), Abandoned> {
         if !St::OWNS {
             self.wait()?;
         }
         self.for_each_lane(|p, index, lane| {
             let mut b = Buffer::default();
             fill(lane, &mut b);
-            p.write_buffer(index, lane, &b);
+            p.write_buffer(index, lane, &b, words);
         });
-        self.out = self.p.invert_outbox(self.index, self.out);
+        self.out = self.p.invert_outbox(self.lane_mask, self.index, self.out);
         Ok(())
     }
 
+    /// Wait for the buffer (handing it back first after a receive), then read
+    /// the first `words` words of each lane's buffer.
     #[inline(always)]
-    fn recv_impl(&mut self, use_: &mut dyn FnMut(u32, &Buffer)) -> Result<(), Abandoned> {
+    fn recv_impl(&mut self, words: usize, mut use_: impl FnMut(u32, &Buffer)) -> Result<(), Abandoned> {
         if St::RECEIVED {
-            self.out = self.p.invert_outbox(self.index, self.out);
+            self.out = self.p.invert_outbox(self.lane_mask, self.index, self.out);
         }
         if St::RECEIVED || !St::OWNS {
             self.wait()?;
         }
-        self.for_each_lane(|p, index, lane| use_(lane, &p.read_buffer(index, lane)));
+        self.for_each_lane(|p, index, lane| use_(lane, &p.read_buffer(index, lane, words)));
         Ok(())
     }
 
@@ -907,7 +1046,14 @@ impl<'p, 'a, S: Side, St: State> Port<'p, 'a, S, St> {
         // The server is passive: if it still owns the buffer it hands it back
         // to the client, so that the port is free for the next call.
         if S::INVERT && St::OWNS {
-            self.p.invert_outbox(self.index, self.out);
+            self.p.invert_outbox(self.lane_mask, self.index, self.out);
+        }
+        if !S::INVERT && (St::RECEIVED || !St::OWNS) {
+            // After a receive the client owns the port and it is idle; after a
+            // send (fire-and-forget) the server still has to answer. A port
+            // closed fresh keeps what its opener found.
+            self.p
+                .set_local_bit(self.lane_mask, KNOWN_IDLE, self.index, St::RECEIVED);
         }
         self.p.unlock(self.lane_mask, self.index);
     }
@@ -939,9 +1085,17 @@ impl<'p, 'a, St: ClientCanSend> Port<'p, 'a, ClientSide, St> {
     /// Fill this lane's buffer and hand the packet to the server. Every lane
     /// of the warp that opened the port must call this together.
     #[inline]
-    pub fn send(mut self, fill: impl FnOnce(&mut Buffer)) -> Port<'p, 'a, ClientSide, Sent> {
+    pub fn send(self, fill: impl FnOnce(&mut Buffer)) -> Port<'p, 'a, ClientSide, Sent> {
+        self.send_words(BUFFER_WORDS, fill)
+    }
+
+    /// [`send`](Self::send) writing only the first `words` words of the
+    /// buffer to shared memory (the rest reads as stale data on the other
+    /// side).
+    #[inline]
+    pub fn send_words(mut self, words: usize, fill: impl FnOnce(&mut Buffer)) -> Port<'p, 'a, ClientSide, Sent> {
         let mut fill = Some(fill);
-        let _ = self.send_impl(&mut |_, b| {
+        let _ = self.send_impl(words.min(BUFFER_WORDS), |_, b| {
             if let Some(f) = fill.take() {
                 f(b)
             }
@@ -1002,9 +1156,16 @@ impl<'p, 'a> Port<'p, 'a, ClientSide, Sent> {
 impl<'p, 'a, St: CanRecv> Port<'p, 'a, ClientSide, St> {
     /// Wait for the server's packet and read this lane's buffer.
     #[inline]
-    pub fn recv(mut self, use_: impl FnOnce(&Buffer)) -> Port<'p, 'a, ClientSide, Received> {
+    pub fn recv(self, use_: impl FnOnce(&Buffer)) -> Port<'p, 'a, ClientSide, Received> {
+        self.recv_words(BUFFER_WORDS, use_)
+    }
+
+    /// [`recv`](Self::recv) reading only the first `words` words of the
+    /// buffer (the rest of the `Buffer` is zero).
+    #[inline]
+    pub fn recv_words(mut self, words: usize, use_: impl FnOnce(&Buffer)) -> Port<'p, 'a, ClientSide, Received> {
         let mut use_ = Some(use_);
-        let _ = self.recv_impl(&mut |_, b| {
+        let _ = self.recv_impl(words.min(BUFFER_WORDS), |_, b| {
             if let Some(f) = use_.take() {
                 f(b)
             }
@@ -1072,8 +1233,20 @@ impl<'p, 'a, St: ServerCanRecv> Port<'p, 'a, ServerSide, St> {
     /// Read the packet: `use_(lane, buffer)` runs once per active lane, in lane
     /// order. Fails only when the server's abort flag was raised.
     #[inline]
-    pub fn recv(mut self, mut use_: impl FnMut(u32, &Buffer)) -> Result<Port<'p, 'a, ServerSide, Received>, Abandoned> {
-        self.recv_impl(&mut use_)?;
+    pub fn recv(self, use_: impl FnMut(u32, &Buffer)) -> Result<Port<'p, 'a, ServerSide, Received>, Abandoned> {
+        self.recv_words(BUFFER_WORDS, use_)
+    }
+
+    /// [`recv`](Self::recv) reading only the first `words` words of each
+    /// lane's buffer (the rest of the `Buffer` is zero); see
+    /// [`reread`](Port::reread) to read more of the same packet.
+    #[inline]
+    pub fn recv_words(
+        mut self,
+        words: usize,
+        mut use_: impl FnMut(u32, &Buffer),
+    ) -> Result<Port<'p, 'a, ServerSide, Received>, Abandoned> {
+        self.recv_impl(words.min(BUFFER_WORDS), &mut use_)?;
         let out = self.out;
         Ok(self.into_state(out))
     }
@@ -1169,6 +1342,14 @@ impl<'p, 'a, St: ServerCanRecv> Port<'p, 'a, ServerSide, St> {
 pub type LaneBytes = std::vec::Vec<Option<std::vec::Vec<u8>>>;
 
 impl<'p, 'a> Port<'p, 'a, ServerSide, Received> {
+    /// Read the first `words` words of the packet just received again (this
+    /// side still owns it; nothing crosses): lets the server read the frame
+    /// word first and then only as much of the packet as the frame announces.
+    pub fn reread(&self, words: usize, mut use_: impl FnMut(u32, &Buffer)) {
+        let words = words.min(BUFFER_WORDS);
+        self.for_each_lane(|p, index, lane| use_(lane, &p.read_buffer(index, lane, words)));
+    }
+
     /// Receive further packets (the same count for every lane; the server
     /// computes it from what the client declared) into `use_(lane, i, buffer)`.
     pub fn recv_packets(self, packets: u64, mut use_: impl FnMut(u32, u64, &Buffer)) -> Result<Self, Abandoned> {
@@ -1184,8 +1365,20 @@ impl<'p, 'a, St: ServerCanSend> Port<'p, 'a, ServerSide, St> {
     /// Fill each active lane's buffer (`fill(lane, buffer)`, lane order) and
     /// hand the packet to the client.
     #[inline]
-    pub fn send(mut self, mut fill: impl FnMut(u32, &mut Buffer)) -> Result<Port<'p, 'a, ServerSide, Sent>, Abandoned> {
-        self.send_impl(&mut fill)?;
+    pub fn send(self, fill: impl FnMut(u32, &mut Buffer)) -> Result<Port<'p, 'a, ServerSide, Sent>, Abandoned> {
+        self.send_words(BUFFER_WORDS, fill)
+    }
+
+    /// [`send`](Self::send) writing only the first `words` words of each
+    /// lane's buffer: the fewer cache lines the server writes, the fewer the
+    /// GPU's reads of them have to fetch from the host's caches.
+    #[inline]
+    pub fn send_words(
+        mut self,
+        words: usize,
+        mut fill: impl FnMut(u32, &mut Buffer),
+    ) -> Result<Port<'p, 'a, ServerSide, Sent>, Abandoned> {
+        self.send_impl(words.min(BUFFER_WORDS), &mut fill)?;
         let out = self.out;
         Ok(self.into_state(out))
     }

@@ -2,11 +2,15 @@
 //! dispatches them to [`Service`]s and sends the replies.
 //!
 //! The server trusts nothing that comes from the device: lengths are checked
-//! against [`ServerConfig::max_stream_bytes`] before anything is allocated,
-//! values are validated by [`Wire::decode`], a lane mask naming lanes the
-//! layout lacks is refused, a handler that panics is caught. Every such event
-//! answers the affected lanes with an error [`Status`], is recorded as a
-//! [`ServerError`] naming the opcode, port and lane, and the server goes on.
+//! against [`ServerConfig::max_stream_bytes`] before anything is allocated
+//! (and storage grows only with the bytes that actually arrive), values are
+//! validated by [`Wire::decode`], a frame word must match the method's
+//! exactly, a lane mask naming lanes the layout lacks is refused, a handler
+//! that panics is caught. Every such event answers the affected lanes with an
+//! error [`Status`], is recorded as a [`ServerError`] naming the opcode, port
+//! and lane (whole-call errors: `lane: None` and the lane mask in the
+//! message), and the server goes on. A call whose client stops half-way is
+//! given up when the abort flag is raised (the kernel ended) and recorded too.
 //!
 //! ```
 //! use rpc_runtime::server::{Dispatcher, ServerConfig};
@@ -14,10 +18,10 @@
 //! assert!(d.errors().is_empty());
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::call::{self, CallDesc, FrameWord, Status, FRAME_VERSION};
@@ -59,9 +63,12 @@ pub struct ServerError {
     pub method: Option<&'static str>,
     /// The port.
     pub port: u32,
-    /// The lane, when the error concerns one lane.
+    /// The lane, when the error concerns one lane. Whole-call errors
+    /// (invalid lane mask, bad frame, unknown opcode, signature mismatch, an
+    /// abandoned call) have `None` and name the lane mask in `message`.
     pub lane: Option<u32>,
-    /// The status the lane(s) received.
+    /// The status the lane(s) received; [`Status::Unknown`] for a call
+    /// abandoned when the kernel ended (its lanes received nothing).
     pub status: Status,
     /// What happened.
     pub message: String,
@@ -132,7 +139,7 @@ pub struct Dispatcher {
     services: Vec<Arc<dyn Service>>,
     table: HashMap<u32, (usize, usize)>,
     config: ServerConfig,
-    errors: Mutex<Vec<ServerError>>,
+    errors: Mutex<VecDeque<ServerError>>,
     error_count: AtomicU64,
     calls: AtomicU64,
 }
@@ -153,7 +160,7 @@ impl Dispatcher {
             services: Vec::new(),
             table: HashMap::new(),
             config,
-            errors: Mutex::new(Vec::new()),
+            errors: Mutex::new(VecDeque::new()),
             error_count: AtomicU64::new(0),
             calls: AtomicU64::new(0),
         }
@@ -199,9 +206,14 @@ impl Dispatcher {
         self.calls.load(Ordering::Relaxed)
     }
 
-    /// The most recent errors (up to `keep_errors`).
+    /// The most recent errors (up to `keep_errors`), oldest first.
     pub fn errors(&self) -> Vec<ServerError> {
-        self.errors.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// Errors recorded since the start, including those no longer kept.
@@ -216,11 +228,14 @@ impl Dispatcher {
         }
         // Relaxed: a statistic.
         self.error_count.fetch_add(1, Ordering::Relaxed);
-        let mut errs = self.errors.lock().unwrap_or_else(|e| e.into_inner());
-        if errs.len() >= self.config.keep_errors {
-            errs.remove(0);
+        if self.config.keep_errors == 0 {
+            return;
         }
-        errs.push(e);
+        let mut errs = self.errors.lock().unwrap_or_else(|e| e.into_inner());
+        while errs.len() >= self.config.keep_errors {
+            errs.pop_front();
+        }
+        errs.push_back(e);
     }
 
     /// Serve every pending port in `range` once. Returns how many calls were
@@ -236,144 +251,243 @@ impl Dispatcher {
         Ok(served)
     }
 
+    /// The loop of one server thread of a backend: serve ports, its own slice
+    /// first (`thread` of `threads` equal slices), then the others', until
+    /// `done` is set (the kernel is over) and a last pass finds nothing to
+    /// do. When a pass finds nothing, the thread spins (`idle_spins` passes,
+    /// for the lowest latency when it has a core to itself) and then yields.
+    pub fn serve_until(
+        &self,
+        server: &Server<'_>,
+        thread: u32,
+        threads: u32,
+        done: &AtomicBool,
+        idle_spins: u32,
+    ) -> Result<(), Abandoned> {
+        let ports = server.layout().port_count();
+        let threads = threads.max(1);
+        let lo = (thread as u64 * ports as u64 / threads as u64) as u32;
+        let hi = ((thread as u64 + 1) * ports as u64 / threads as u64) as u32;
+        let mut idle = 0u32;
+        loop {
+            // Acquire: pairs with the backend's release store of `done` after
+            // the kernel finished, so the final pass sees every mailbox flip
+            // the kernel made (fire-and-forget calls nobody waits for too).
+            let finished = done.load(Ordering::Acquire);
+            let mut n = self.poll(server, lo..hi)?;
+            if threads > 1 {
+                n += self.poll(server, hi..ports)? + self.poll(server, 0..lo)?;
+            }
+            if finished && n == 0 {
+                return Ok(());
+            }
+            if n > 0 {
+                idle = 0;
+            } else if idle < idle_spins {
+                idle += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
     /// Serve one opened port: decode the frame, run the call, reply, close.
+    ///
+    /// Whatever the shared memory holds, this neither panics nor allocates
+    /// more than [`ServerConfig::max_stream_bytes`] per streamed argument or
+    /// out-buffer and lane (plus a fixed amount per call), and it leaves the
+    /// port idle (handed back to the client, unlocked) — unless the abort flag
+    /// ends a wait for the client, in which case the abandoned call is
+    /// recorded as an error and returned.
     pub fn serve_port(&self, port: Port<'_, '_, ServerSide, Fresh>) -> Result<(), Abandoned> {
         let index = port.index();
         let opcode = port.opcode();
-        let raw_mask = port.peer_mask();
         let lanes = port.lanes();
-
-        // Frame packet.
-        let mut words = [0u64; MAX_LANES as usize];
-        let mut firsts = [Buffer::default(); MAX_LANES as usize];
-        let port = port.recv(|lane, b| {
-            words[lane as usize] = b.data[0];
-            firsts[lane as usize] = *b;
-        })?;
-
-        let first_lane = lanes.trailing_zeros();
-        let mut bad: Option<(Status, String)> = None;
-        if lanes == 0 || raw_mask != lanes {
-            bad = Some((
-                Status::InvalidLaneMask,
-                format!(
-                    "lane mask {raw_mask:#x} is empty or names lanes beyond the layout's {}",
-                    port_lane_size(raw_mask, lanes)
-                ),
-            ));
-        }
-        let word = words.get(first_lane as usize).copied().unwrap_or(0);
-        let frame = FrameWord::unpack(word);
-        if bad.is_none() {
-            if frame.version != FRAME_VERSION {
-                bad = Some((
-                    Status::BadFrame,
-                    format!(
-                        "frame version {} (expected {FRAME_VERSION}), word {word:#018x}",
-                        frame.version
-                    ),
-                ));
-            } else if let Some(l) = iter_lanes(lanes).find(|&l| words[l as usize] != word) {
-                bad = Some((
-                    Status::BadFrame,
-                    format!(
-                        "lanes disagree on the frame word (lane {first_lane}: {word:#x}, lane {l}: {:#x})",
-                        words[l as usize]
-                    ),
-                ));
-            }
-        }
-        if let Some((status, message)) = bad {
-            // The frame cannot be trusted: answer every lane with the error.
-            // If the client was still sending, its next packet overwrites the
-            // answer and arrives as a new (equally bad) frame; the client reads
-            // the error when it finally waits for a reply.
-            self.record(ServerError {
-                opcode,
-                method: None,
-                port: index,
-                lane: None,
-                status,
-                message,
-            });
-            let port = port.send(|_, b| b.data[0] = status as u32 as u64)?;
-            port.close();
-            return Ok(());
-        }
-
-        // Rest of the argument block.
-        let block_len = frame.block_len();
-        let mut blocks: Vec<Vec<u8>> = vec![Vec::new(); MAX_LANES as usize];
-        for lane in iter_lanes(lanes) {
-            let mut blk = vec![0u8; block_len];
-            call::__read_block(0, &firsts[lane as usize], &mut blk);
-            blocks[lane as usize] = blk;
-        }
-        let port = port.recv_packets(call::spill_packets(block_len), |lane, i, b| {
-            call::__read_block(i + 1, b, &mut blocks[lane as usize])
-        })?;
-
-        let mut status = [Status::Ok; MAX_LANES as usize];
-        let mut detail = [0u32; MAX_LANES as usize];
-        let n_in = frame.in_streams as usize;
-        let n_out = frame.out_streams as usize;
-        let lens = |lane: u32, i: usize| -> u64 {
-            let b = &blocks[lane as usize];
-            u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"))
-        };
-
-        // Which method?
         let method = self
             .table
             .get(&opcode)
             .map(|&(s, m)| (s, m, &self.services[s].methods()[m]));
-        let method_name = method.map(|(_, _, info)| info.path);
-        let mut call_status: Option<(Status, String)> = None;
-        match method {
-            None if opcode == opcodes::NOOP && frame.signature == call::NOOP_DESC.signature => {}
-            None => {
-                call_status = Some((
-                    Status::UnknownOpcode,
-                    "unknown opcode: no service handles it".to_string(),
-                ))
-            }
-            Some((_, _, info)) => {
-                let d = info.desc;
-                if d.signature != frame.signature
-                    || d.in_streams != frame.in_streams
-                    || d.out_elem_sizes.len() != n_out
-                    || d.arg_bytes != frame.arg_bytes as u32
-                    || d.reply != frame.reply
-                {
-                    call_status = Some((
-                        Status::SignatureMismatch,
-                        format!("signature {:#010x} from the device, {:#010x} here: host and kernel were built from different definitions of {}", frame.signature, d.signature, info.path),
-                    ));
-                }
-            }
-        }
-        if let Some((s, message)) = &call_status {
-            for lane in iter_lanes(lanes) {
-                status[lane as usize] = *s;
-            }
+        let r = self.serve_decoded(port, method);
+        if let Err(a) = r {
             self.record(ServerError {
                 opcode,
-                method: method_name,
+                method: method.map(|(_, _, info)| info.path),
                 port: index,
                 lane: None,
-                status: *s,
-                message: message.clone(),
+                status: Status::Unknown,
+                message: format!("{a}; the server stopped waiting for lanes {lanes:#x} when the kernel ended"),
             });
         }
+        r
+    }
 
-        // Size limits on streamed inputs and out-buffers.
+    fn whole_call_error(&self, opcode: u32, method: Option<&'static str>, port: u32, status: Status, message: String) {
+        self.record(ServerError {
+            opcode,
+            method,
+            port,
+            lane: None,
+            status,
+            message,
+        });
+    }
+
+    fn serve_decoded(
+        &self,
+        port: Port<'_, '_, ServerSide, Fresh>,
+        method: Option<(usize, usize, &'static MethodInfo)>,
+    ) -> Result<(), Abandoned> {
+        let index = port.index();
+        let opcode = port.opcode();
+        let raw_mask = port.peer_mask();
+        // Only lanes the layout has are ever read or written.
+        let lanes = port.lanes();
+        let method_name = method.map(|(_, _, info)| info.path);
+
+        // Frame packet.
+        let mut words = [0u64; MAX_LANES as usize];
+        let mut firsts = [Buffer::default(); MAX_LANES as usize];
+        // The frame word first, then only as much of packet 0 as it
+        // announces (never more than the packet).
+        let port = port.recv_words(1, |lane, b| words[lane as usize] = b.data[0])?;
+        let announced = FrameWord::unpack(if lanes == 0 {
+            0
+        } else {
+            words[lanes.trailing_zeros() as usize]
+        });
+        let packet0_words = 1 + announced.block_len().min(call::FIRST_PAYLOAD).div_ceil(8);
+        port.reread(packet0_words, |lane, b| firsts[lane as usize] = *b);
+
+        let first_lane = lanes.trailing_zeros();
+        let word = if lanes == 0 { 0 } else { words[first_lane as usize] };
+        let frame = FrameWord::unpack(word);
+        let bad = if raw_mask == 0 {
+            Some((Status::InvalidLaneMask, "empty lane mask".to_string()))
+        } else if raw_mask != lanes {
+            Some((
+                Status::InvalidLaneMask,
+                format!(
+                    "lane mask {raw_mask:#x} names lanes the layout lacks ({:#x})",
+                    raw_mask & !lanes
+                ),
+            ))
+        } else if frame.version != FRAME_VERSION {
+            Some((
+                Status::BadFrame,
+                format!(
+                    "frame version {} (expected {FRAME_VERSION}) in frame word {word:#018x}",
+                    frame.version
+                ),
+            ))
+        } else if frame.pack() != word {
+            Some((
+                Status::BadFrame,
+                format!("reserved bits set in frame word {word:#018x}"),
+            ))
+        } else {
+            iter_lanes(lanes).find(|&l| words[l as usize] != word).map(|l| {
+                (
+                    Status::BadFrame,
+                    format!(
+                        "lanes disagree on the frame word (lane {first_lane}: {word:#018x}, lane {l}: {:#018x})",
+                        words[l as usize]
+                    ),
+                )
+            })
+        };
+        if let Some((status, message)) = bad {
+            // The frame cannot be trusted, not even its reply bit or the
+            // packet counts it announces: answer every lane with the error
+            // (one packet) and hand the port back. A client that was still
+            // sending overwrites the answer with its next packet, which
+            // arrives as a new (equally bad) frame; the client reads the error
+            // when it finally waits for a reply.
+            self.whole_call_error(
+                opcode,
+                method_name,
+                index,
+                status,
+                format!("{message}; lanes {lanes:#x} answered {status:?}"),
+            );
+            let port = port.send_words(1, |_, b| b.data[0] = status as u32 as u64)?;
+            port.close();
+            return Ok(());
+        }
+
+        // Which method, and does the device's frame match it exactly?
+        let desc: Option<&'static CallDesc> = match method {
+            Some((_, _, info)) => Some(info.desc),
+            None if opcode == opcodes::NOOP => Some(&call::NOOP_DESC),
+            None => None,
+        };
+        let call_status = match desc {
+            None => Some((
+                Status::UnknownOpcode,
+                format!(
+                    "unknown opcode: no service on this server handles it; lanes {lanes:#x} answered UnknownOpcode"
+                ),
+            )),
+            Some(d) if d.frame_word() != frame => Some((
+                Status::SignatureMismatch,
+                format!(
+                    "frame word {word:#018x} from the device, {:#018x} here (signature {:#010x} vs {:#010x}): host and \
+                     kernel were built from different definitions of {}; lanes {lanes:#x} answered SignatureMismatch",
+                    d.frame_word().pack(),
+                    frame.signature,
+                    d.signature,
+                    method_name.unwrap_or("gpu_rpc::noop"),
+                ),
+            )),
+            Some(_) => None,
+        };
+        // From here on the frame word is well formed and the same on every
+        // lane, so the packet counts it announces are what the client sends:
+        // they are consumed whatever happens, which keeps both sides in step.
+        let accepted = call_status.is_none();
+        let mut status = [Status::Ok; MAX_LANES as usize];
+        let mut detail = [0u32; MAX_LANES as usize];
+        if let Some((s, message)) = call_status {
+            for lane in iter_lanes(lanes) {
+                status[lane as usize] = s;
+            }
+            self.whole_call_error(opcode, method_name, index, s, message);
+        }
+
+        // Rest of the argument block. A refused call keeps only the stream
+        // lengths (at most 112 bytes a lane); its arguments are consumed
+        // unread.
+        let n_in = frame.in_streams as usize;
+        let n_out = frame.out_streams as usize;
+        let block_len = frame.block_len();
+        let keep = if accepted { block_len } else { 8 * (n_in + n_out) };
+        let Scratch {
+            mut blocks,
+            mut streams,
+            rets,
+            outs,
+        } = Scratch::take();
+        for lane in iter_lanes(lanes) {
+            let blk = &mut blocks[lane as usize];
+            blk.clear();
+            blk.resize(keep, 0);
+            call::__read_block(0, &firsts[lane as usize], blk);
+        }
+        let port = port.recv_packets(call::spill_packets(block_len), |lane, i, b| {
+            call::__read_block(i + 1, b, &mut blocks[lane as usize])
+        })?;
+        let lens = |lane: u32, i: usize| lens_of(&blocks[lane as usize], i);
+
+        // Size limits on streamed inputs and out-buffers (checked before
+        // anything is allocated for them).
         let limit = self.config.max_stream_bytes;
         for lane in iter_lanes(lanes) {
+            let l = lane as usize;
             for i in 0..n_in {
                 let len = lens(lane, i);
-                if len > limit && status[lane as usize] == Status::Ok {
-                    status[lane as usize] = Status::TooLarge;
-                    detail[lane as usize] = i as u32;
+                if len > limit && status[l] == Status::Ok {
+                    status[l] = Status::TooLarge;
+                    detail[l] = i as u32;
                     self.record(ServerError {
                         opcode,
                         method: method_name,
@@ -384,13 +498,13 @@ impl Dispatcher {
                     });
                 }
             }
-            if let Some((_, _, info)) = method {
-                for (j, &es) in info.desc.out_elem_sizes.iter().enumerate() {
+            if let (true, Some(d)) = (accepted, desc) {
+                for (j, &es) in d.out_elem_sizes.iter().enumerate() {
                     let count = lens(lane, n_in + j);
                     let bytes = count.saturating_mul(es as u64);
-                    if bytes > limit && status[lane as usize] == Status::Ok {
-                        status[lane as usize] = Status::TooLarge;
-                        detail[lane as usize] = (n_in + j) as u32;
+                    if bytes > limit && status[l] == Status::Ok {
+                        status[l] = Status::TooLarge;
+                        detail[l] = (n_in + j) as u32;
                         self.record(ServerError {
                             opcode,
                             method: method_name,
@@ -407,27 +521,38 @@ impl Dispatcher {
         }
 
         // Streams: consumed for every lane (the client loops over all of
-        // them), stored only for lanes still Ok.
-        let mut streams: Vec<Vec<Vec<u8>>> = vec![Vec::new(); MAX_LANES as usize];
+        // them), stored only for lanes still Ok. Storage grows with the data
+        // that actually arrives and never beyond the declared length.
         let mut port = port;
+        if accepted {
+            for lane in iter_lanes(lanes) {
+                let s = &mut streams[lane as usize];
+                if s.len() < n_in {
+                    s.resize_with(n_in, Vec::new);
+                }
+            }
+        }
         for i in 0..n_in {
             let mut packets = 0u64;
             for lane in iter_lanes(lanes) {
                 packets = packets.max(call::stream_packets(lens(lane, i)));
-                let keep = status[lane as usize] == Status::Ok;
-                streams[lane as usize].push(if keep {
-                    Vec::with_capacity(lens(lane, i) as usize)
-                } else {
-                    Vec::new()
-                });
             }
             port = port.recv_packets(packets, |lane, _, b| {
-                if status[lane as usize] != Status::Ok {
+                let l = lane as usize;
+                if status[l] != Status::Ok {
                     return;
                 }
+                // `len <= limit` here, and `limit` is a host allocation size.
                 let want = lens(lane, i) as usize;
-                let s = &mut streams[lane as usize][i];
-                let n = (want - s.len().min(want)).min(BUFFER_BYTES);
+                let Some(s) = streams[l].get_mut(i) else { return };
+                let n = want.saturating_sub(s.len()).min(BUFFER_BYTES);
+                if n == 0 {
+                    return;
+                }
+                if s.capacity() - s.len() < n {
+                    let grow = (want - s.len()).min(s.capacity().max(4096));
+                    s.reserve_exact(grow);
+                }
                 s.extend_from_slice(&b.bytes()[..n]);
             })?;
         }
@@ -443,23 +568,44 @@ impl Dispatcher {
             streams,
             status,
             detail,
-            rets: vec![Vec::new(); MAX_LANES as usize],
-            outs: vec![Vec::new(); MAX_LANES as usize],
+            rets,
+            outs,
             errors: Vec::new(),
             n_in,
             _d: std::marker::PhantomData,
         };
-        match method {
-            Some((s, m, _)) if call_status.is_none() => self.services[s].dispatch(m, &mut call),
-            None if call_status.is_none() => {
-                // The runtime's no-op: x + 1.
-                for lane in iter_lanes(lanes) {
-                    if let Ok(x) = call.arg::<u64>(lane, 0) {
-                        call.set_return(lane, &x.wrapping_add(1));
+        if accepted {
+            match method {
+                Some((s, m, info)) => {
+                    let service = &self.services[s];
+                    // `ServerCall::run` catches a panicking host method; this
+                    // catches a hand-written `dispatch` that panics outside it.
+                    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| service.dispatch(m, &mut call))) {
+                        let msg = panic_message(&*payload);
+                        let still_ok: Vec<u32> = call.lanes().collect();
+                        for lane in still_ok {
+                            call.fail(
+                                lane,
+                                LaneError {
+                                    status: Status::HandlerPanicked,
+                                    detail: 0,
+                                    message: format!("{} panicked: {msg}", info.path),
+                                },
+                            );
+                        }
+                    }
+                }
+                None => {
+                    // The runtime's no-op: x + 1.
+                    let ok: Vec<u32> = call.lanes().collect();
+                    for lane in ok {
+                        match call.arg::<u64>(lane, 0) {
+                            Ok(x) => call.set_return(lane, &x.wrapping_add(1)),
+                            Err(e) => call.fail(lane, e),
+                        }
                     }
                 }
             }
-            _ => {}
         }
         for e in std::mem::take(&mut call.errors) {
             self.record(e);
@@ -469,26 +615,33 @@ impl Dispatcher {
 
         if !frame.reply {
             port.close();
+            call.into_scratch().put();
             return Ok(());
         }
 
-        // Reply: status + return value.
-        let ret_len = method.map(|(_, _, i)| i.desc.ret_bytes as usize).unwrap_or(8);
+        // Reply: status + return value. A refused call (unknown opcode,
+        // signature mismatch) has no return value the client could expect:
+        // the server sends packet 0 only.
+        let (ret_len, spill) = match desc {
+            Some(d) if accepted => (d.ret_bytes as usize, call::spill_packets(d.ret_bytes as usize)),
+            _ => (0, 0),
+        };
         for lane in iter_lanes(lanes) {
             call.rets[lane as usize].resize(ret_len, 0);
         }
-        let port = port.send(|lane, b| {
+        let reply_words = 1 + ret_len.min(call::FIRST_PAYLOAD).div_ceil(8);
+        let port = port.send_words(reply_words, |lane, b| {
             let l = lane as usize;
             b.data[0] = call.status[l] as u32 as u64 | (call.detail[l] as u64) << 32;
             call::__fill_block(0, &call.rets[l], b);
         })?;
-        let mut port = port.send_packets(call::spill_packets(ret_len), |lane, i, b| {
+        let mut port = port.send_packets(spill, |lane, i, b| {
             call::__fill_block(i + 1, &call.rets[lane as usize], b)
         })?;
 
         // Out-buffers, for the lanes that succeeded.
-        if let Some((_, _, info)) = method {
-            for (j, &es) in info.desc.out_elem_sizes.iter().enumerate() {
+        if let (true, Some(d)) = (accepted, desc) {
+            for (j, &es) in d.out_elem_sizes.iter().enumerate() {
                 let per = BUFFER_BYTES / es as usize;
                 let mut packets = 0u64;
                 for lane in iter_lanes(lanes) {
@@ -512,17 +665,81 @@ impl Dispatcher {
             }
         }
         port.close();
+        call.into_scratch().put();
         Ok(())
     }
 }
 
-fn lens_of(block: &[u8], i: usize) -> u64 {
-    u64::from_le_bytes(block[8 * i..8 * i + 8].try_into().expect("8 bytes"))
+/// Per-thread buffers a call's decoding reuses, so serving a call allocates
+/// nothing in the steady state (only a stream or out-buffer larger than any
+/// before it grows one). Buffers that grew beyond [`KEEP_BYTES`] are freed
+/// after the call instead of kept.
+struct Scratch {
+    blocks: Vec<Vec<u8>>,
+    streams: Vec<Vec<Vec<u8>>>,
+    rets: Vec<Vec<u8>>,
+    outs: Vec<Vec<Vec<u8>>>,
 }
 
-fn port_lane_size(raw: u64, valid: u64) -> u32 {
-    let _ = raw;
-    64 - valid.leading_zeros()
+/// Largest buffer a server thread keeps for reuse.
+const KEEP_BYTES: usize = 1 << 20;
+
+impl Scratch {
+    fn new() -> Scratch {
+        let lanes = MAX_LANES as usize;
+        Scratch {
+            blocks: (0..lanes).map(|_| Vec::new()).collect(),
+            streams: (0..lanes).map(|_| Vec::new()).collect(),
+            rets: (0..lanes).map(|_| Vec::new()).collect(),
+            outs: (0..lanes).map(|_| Vec::new()).collect(),
+        }
+    }
+
+    /// Take this thread's scratch (a fresh one if a call is already using it).
+    fn take() -> Scratch {
+        SCRATCH.with(|s| s.borrow_mut().take()).unwrap_or_else(Scratch::new)
+    }
+
+    /// Give the buffers back for the next call on this thread.
+    fn put(mut self) {
+        fn trim(v: &mut Vec<u8>) {
+            if v.capacity() > KEEP_BYTES {
+                *v = Vec::new();
+            } else {
+                v.clear();
+            }
+        }
+        self.blocks.iter_mut().for_each(trim);
+        self.rets.iter_mut().for_each(trim);
+        self.streams
+            .iter_mut()
+            .chain(self.outs.iter_mut())
+            .flatten()
+            .for_each(trim);
+        SCRATCH.with(|s| *s.borrow_mut() = Some(self));
+    }
+}
+
+std::thread_local! {
+    static SCRATCH: std::cell::RefCell<Option<Scratch>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The `u64` at index `i` of an argument block, or 0 if the block is shorter.
+fn lens_of(block: &[u8], i: usize) -> u64 {
+    block
+        .get(8 * i..8 * i + 8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
+        .unwrap_or(0)
+}
+
+/// The text of a panic payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_string())
 }
 
 /// The lanes of `mask`, lowest first.
@@ -581,6 +798,23 @@ impl ServerCall<'_> {
         iter_lanes(self.lanes).filter(|&l| self.status[l as usize] == Status::Ok)
     }
 
+    /// The mask of lanes whose status is still `Ok`.
+    fn ok_mask(&self) -> u64 {
+        iter_lanes(self.lanes)
+            .filter(|&l| self.status[l as usize] == Status::Ok)
+            .fold(0, |m, l| m | 1 << l)
+    }
+
+    /// The call's buffers, for reuse by the next call.
+    fn into_scratch(self) -> Scratch {
+        Scratch {
+            blocks: self.blocks,
+            streams: self.streams,
+            rets: self.rets,
+            outs: self.outs,
+        }
+    }
+
     /// Every lane of the call.
     pub fn lane_mask(&self) -> u64 {
         self.lanes
@@ -599,10 +833,10 @@ impl ServerCall<'_> {
     /// Decode the scalar argument at byte `offset` of the encoded arguments.
     /// `index` names the argument in errors.
     pub fn arg_at<T: Wire>(&self, lane: u32, offset: usize, index: u32) -> Result<T, LaneError> {
-        let b = &self.blocks[lane as usize];
+        let b = self.blocks.get(lane as usize).map(Vec::as_slice).unwrap_or_default();
         let start = self.arg_offset + offset;
         let bytes = b.get(start..start + T::SIZE).ok_or_else(|| LaneError {
-            status: Status::BadFrame,
+            status: Status::InvalidArgument,
             detail: index,
             message: format!("argument {index} lies outside the argument block"),
         })?;
@@ -630,11 +864,12 @@ impl ServerCall<'_> {
 
     /// Streamed input `i` as raw bytes.
     pub fn bytes(&self, lane: u32, i: usize, index: u32) -> Result<&[u8], LaneError> {
-        self.streams[lane as usize]
-            .get(i)
+        self.streams
+            .get(lane as usize)
+            .and_then(|s| s.get(i))
             .map(|v| v.as_slice())
             .ok_or_else(|| LaneError {
-                status: Status::BadFrame,
+                status: Status::InvalidArgument,
                 detail: index,
                 message: format!("streamed argument {i} missing"),
             })
@@ -666,33 +901,42 @@ impl ServerCall<'_> {
     }
 
     /// A zeroed host buffer for out-buffer `j`, as long as the device's
-    /// (its length was checked against the size limit before dispatch).
+    /// (its length was checked against the size limit before dispatch; a
+    /// lane or buffer the call does not have gives an empty buffer).
     pub fn out_buffer<T: Wire>(&self, lane: u32, j: usize) -> Vec<T> {
-        let count = lens_of(&self.blocks[lane as usize], self.n_in + j) as usize;
+        let block = self.blocks.get(lane as usize).map(Vec::as_slice).unwrap_or_default();
+        let count = lens_of(block, self.n_in + j) as usize;
         (0..count).map(|_| T::zeroed()).collect()
     }
 
     /// Store lane `lane`'s return value.
     pub fn set_return<T: Wire>(&mut self, lane: u32, v: &T) {
-        let mut buf = vec![0u8; T::SIZE];
-        v.encode(&mut buf);
-        self.rets[lane as usize] = buf;
+        let buf = &mut self.rets[lane as usize];
+        buf.clear();
+        buf.resize(T::SIZE, 0);
+        v.encode(buf);
     }
 
     /// Store lane `lane`'s out-buffer `j` (elements packed whole per packet).
     pub fn set_out<T: Wire>(&mut self, lane: u32, j: usize, data: &[T]) {
         let per = BUFFER_BYTES / T::SIZE;
-        let mut bytes = vec![0u8; data.len().div_ceil(per) * per * T::SIZE];
-        for (k, v) in data.iter().enumerate() {
-            let p = k / per;
-            let off = p * per * T::SIZE + (k % per) * T::SIZE;
-            v.encode(&mut bytes[off..off + T::SIZE]);
-        }
         let outs = &mut self.outs[lane as usize];
         if outs.len() <= j {
-            outs.resize(j + 1, Vec::new());
+            outs.resize_with(j + 1, Vec::new);
         }
-        outs[j] = bytes;
+        let bytes = &mut outs[j];
+        bytes.clear();
+        bytes.resize(data.len().div_ceil(per) * per * T::SIZE, 0);
+        match T::slice_as_bytes(data) {
+            // One-byte elements pack 64 to a packet: the layout is the slice.
+            Some(raw) => bytes[..raw.len()].copy_from_slice(raw),
+            None => {
+                for (k, v) in data.iter().enumerate() {
+                    let off = (k / per) * per * T::SIZE + (k % per) * T::SIZE;
+                    v.encode(&mut bytes[off..off + T::SIZE]);
+                }
+            }
+        }
     }
 
     /// Answer lane `lane` with an error.
@@ -712,18 +956,14 @@ impl ServerCall<'_> {
     /// Run `f` for every lane still `Ok`, in lane order, catching panics and
     /// recording errors: the body of a generated dispatch arm.
     pub fn run(&mut self, mut f: impl FnMut(&mut Self, u32) -> Result<(), LaneError>) {
-        let lanes: Vec<u32> = self.lanes().collect();
-        for lane in lanes {
+        let ok = self.ok_mask();
+        for lane in iter_lanes(ok) {
             let r = catch_unwind(AssertUnwindSafe(|| f(self, lane)));
             match r {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => self.fail(lane, e),
                 Err(payload) => {
-                    let msg = payload
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| payload.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "non-string panic payload".to_string());
+                    let msg = panic_message(&*payload);
                     let method = self.method.unwrap_or("?");
                     self.fail(
                         lane,

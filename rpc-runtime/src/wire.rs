@@ -8,7 +8,8 @@
 //! invalid value from untrusted memory.
 //!
 //! Implemented for the integer types, `f32`/`f64`, `bool`, `char`, `()`,
-//! fixed arrays `[T; N]`, tuples up to 8 elements, `Option<T>`, and (by
+//! fixed arrays `[T; N]`, tuples up to 8 elements, `Option<T>`,
+//! `Result<T, E>`, and (by
 //! `#[derive(Wire)]` from `gpu_rpc`) `#[repr(C)]` structs whose fields are
 //! `Wire`. `usize`/`isize` always cross as 8 bytes.
 //!
@@ -32,7 +33,7 @@ pub enum WireError {
     InvalidChar(u32),
     /// A `usize`/`isize` that does not fit this target.
     OutOfRange,
-    /// An `Option` tag other than 0 or 1.
+    /// An `Option` or `Result` tag other than 0 or 1.
     InvalidTag(u8),
     /// Fewer bytes than the type needs.
     Truncated,
@@ -44,7 +45,7 @@ impl fmt::Display for WireError {
             WireError::InvalidBool(b) => write!(f, "invalid bool byte {b:#04x}"),
             WireError::InvalidChar(c) => write!(f, "invalid char {c:#x}"),
             WireError::OutOfRange => write!(f, "integer out of range for this target"),
-            WireError::InvalidTag(t) => write!(f, "invalid option tag {t}"),
+            WireError::InvalidTag(t) => write!(f, "invalid Option/Result tag {t}"),
             WireError::Truncated => write!(f, "truncated value"),
         }
     }
@@ -413,5 +414,104 @@ mod tests {
         assert_eq!(<usize>::SIZE, 8);
         assert_eq!(<[char; 3]>::SIZE, 12);
         assert_ne!(<(u8, u64)>::SCHEMA, <(u64, u8)>::SCHEMA);
+    }
+}
+
+/// `Result<T, E>` crosses as one tag byte (0 = `Ok`, 1 = `Err`) followed by
+/// the payload, padded with zeros to `max(T::SIZE, E::SIZE)` bytes: errors are
+/// values the device can match on. A tag other than 0 or 1 is refused
+/// ([`WireError::InvalidTag`]).
+///
+/// ```
+/// use rpc_runtime::wire::{decode, encode, Wire, WireError};
+/// type R = Result<u32, u8>;
+/// assert_eq!(R::SIZE, 1 + 4);
+/// let mut buf = [0xffu8; R::SIZE];
+/// encode(&R::Err(7), &mut buf);
+/// assert_eq!(buf, [1, 7, 0, 0, 0]);
+/// assert_eq!(decode::<R>(&buf), Ok(Err(7)));
+/// encode(&R::Ok(0x0102_0304), &mut buf);
+/// assert_eq!(buf, [0, 4, 3, 2, 1]);
+/// assert_eq!(decode::<R>(&[2, 0, 0, 0, 0]), Err(WireError::InvalidTag(2)));
+/// ```
+impl<T: Wire, E: Wire> Wire for Result<T, E> {
+    const SIZE: usize = 1 + if T::SIZE > E::SIZE { T::SIZE } else { E::SIZE };
+    const SCHEMA: u32 = mix(mix(fnv1a(SCHEMA_SEED, b"Result"), T::SCHEMA), E::SCHEMA);
+    #[inline(always)]
+    fn encode(&self, out: &mut [u8]) {
+        let out = &mut out[..Self::SIZE];
+        // No stale byte may follow the shorter payload.
+        out.fill(0);
+        match self {
+            Ok(v) => v.encode(&mut out[1..1 + T::SIZE]),
+            Err(e) => {
+                out[0] = 1;
+                e.encode(&mut out[1..1 + E::SIZE]);
+            }
+        }
+    }
+    #[inline(always)]
+    fn decode(bytes: &[u8]) -> Result<Self, WireError> {
+        match bytes[0] {
+            0 => Ok(Ok(T::decode(&bytes[1..1 + T::SIZE])?)),
+            1 => Ok(Err(E::decode(&bytes[1..1 + E::SIZE])?)),
+            t => Err(WireError::InvalidTag(t)),
+        }
+    }
+    #[inline(always)]
+    fn zeroed() -> Self {
+        Ok(T::zeroed())
+    }
+}
+
+#[cfg(test)]
+mod result_tests {
+    use super::*;
+
+    #[test]
+    fn result_roundtrips_and_pads() {
+        type R = Result<u64, (u8, bool)>;
+        assert_eq!(R::SIZE, 9);
+        for v in [Ok(u64::MAX), Ok(0), Err((3, true)), Err((0, false))] {
+            let mut buf = [0xaau8; 16];
+            encode::<R>(&v, &mut buf);
+            assert_eq!(decode::<R>(&buf), Ok(v));
+            assert_eq!(buf[9..], [0xaa; 7], "writes exactly SIZE bytes");
+        }
+        let mut buf = [0xaau8; 9];
+        encode::<R>(&Err((5, true)), &mut buf);
+        assert_eq!(
+            buf,
+            [1, 5, 1, 0, 0, 0, 0, 0, 0],
+            "zero padding after the shorter payload"
+        );
+    }
+
+    #[test]
+    fn result_unit_and_zero_sized() {
+        type R = Result<(), i32>;
+        assert_eq!(R::SIZE, 5);
+        let mut buf = [0u8; 5];
+        encode::<R>(&Ok(()), &mut buf);
+        assert_eq!(buf, [0; 5]);
+        assert_eq!(decode::<R>(&buf), Ok(Ok(())));
+        assert_eq!(<Result<(), ()>>::SIZE, 1);
+        assert_eq!(R::zeroed(), Ok(()));
+    }
+
+    #[test]
+    fn result_rejects_invalid() {
+        type R = Result<bool, char>;
+        assert_eq!(decode::<R>(&[9, 0, 0, 0, 0]), Err(WireError::InvalidTag(9)));
+        assert_eq!(decode::<R>(&[0, 2, 0, 0, 0]), Err(WireError::InvalidBool(2)));
+        assert_eq!(decode::<R>(&[1, 0x00, 0xd8, 0, 0]), Err(WireError::InvalidChar(0xd800)));
+        assert_eq!(decode::<R>(&[0, 1]), Err(WireError::Truncated));
+    }
+
+    #[test]
+    fn result_schema_distinguishes() {
+        assert_ne!(<Result<u32, u8>>::SCHEMA, <Result<u8, u32>>::SCHEMA);
+        assert_ne!(<Result<u32, u8>>::SCHEMA, <Option<u32>>::SCHEMA);
+        assert_ne!(<Result<u32, u8>>::SCHEMA, <(u32, u8)>::SCHEMA);
     }
 }

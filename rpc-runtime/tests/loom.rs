@@ -29,7 +29,7 @@ impl Mem {
             server_out: (0..n).map(|_| AtomicU32::new(0)).collect(),
             headers: (0..n).map(|_| SharedHeader::new()).collect(),
             packets: (0..n).map(|_| SharedBuffer::new()).collect(),
-            client_locks: vec![AtomicU32::new(0)],
+            client_locks: (0..3).map(|_| AtomicU32::new(0)).collect(),
             server_locks: vec![AtomicU32::new(0)],
             layout: Layout::new(ports, 1).unwrap(),
         })
@@ -56,14 +56,18 @@ impl Mem {
 }
 
 fn builder() -> loom::model::Builder {
+    // `Builder::new` reads LOOM_MAX_PREEMPTIONS, LOOM_MAX_BRANCHES and
+    // LOOM_MAX_DURATION from the environment; without them: at most two
+    // preemptions per execution, and a time box per test so CI stays bounded
+    // (the exploration is exhaustive when it finishes inside the box).
     let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(
-        std::env::var("LOOM_BOUND")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1),
-    );
-    b.max_branches = 100_000;
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        b.preemption_bound = Some(2);
+    }
+    if std::env::var_os("LOOM_MAX_DURATION").is_none() {
+        b.max_duration = Some(std::time::Duration::from_secs(60));
+    }
+    b.max_branches = b.max_branches.max(100_000);
     b
 }
 
@@ -157,5 +161,48 @@ fn async_calls_back_to_back() {
         let seen = serve(&mem, 2, false);
         client.join().unwrap();
         assert_eq!(seen, vec![1, 2]);
+    });
+}
+
+/// The server's multi-threaded scan: two server threads scan the same ports;
+/// the server-side lock bits must give each call to exactly one of them, and
+/// the client must see exactly one answer per call.
+#[test]
+fn two_server_threads_scan_the_same_ports() {
+    builder().check(|| {
+        let mem = Mem::new(2);
+        let served = Arc::new(loom::sync::atomic::AtomicUsize::new(0));
+        let servers: Vec<_> = (0..2)
+            .map(|_| {
+                let mem = mem.clone();
+                let served = served.clone();
+                loom::thread::spawn(move || {
+                    let server = mem.server();
+                    // Acquire/Release on the counter: only a termination signal
+                    // for the model's threads.
+                    while served.load(loom::sync::atomic::Ordering::Acquire) < 2 {
+                        let Some(port) = server.try_open(0..2) else {
+                            loom::thread::yield_now();
+                            continue;
+                        };
+                        let mut v = 0;
+                        let port = port.recv(|_, b| v = b.data[0]).unwrap();
+                        port.send(|_, b| b.data[0] = v + 1).unwrap().close();
+                        served.fetch_add(1, loom::sync::atomic::Ordering::AcqRel);
+                    }
+                })
+            })
+            .collect();
+        let client = mem.client();
+        for (i, v) in [(0u32, 5u64), (1, 7)] {
+            let port = client.open_from(0x10000, i).send(|b| b.data[0] = v);
+            let mut got = 0;
+            port.recv(|b| got = b.data[0]).close();
+            assert_eq!(got, v + 1);
+        }
+        for s in servers {
+            s.join().unwrap();
+        }
+        assert_eq!(served.load(loom::sync::atomic::Ordering::Acquire), 2);
     });
 }

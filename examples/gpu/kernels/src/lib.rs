@@ -4,6 +4,17 @@
 //! parameter and builds its [`Client`] from it.
 #![no_std]
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, stdarch_nvptx))]
+#![cfg_attr(target_arch = "amdgpu", feature(abi_gpu_kernel, stdarch_amdgpu, core_intrinsics, gpu_intrinsics), allow(internal_features))]
+
+// Device panics are reported to the host (message, file:line:column, block and
+// thread) before the kernel traps; see gpu_rpc::services.
+#[cfg(any(target_arch = "nvptx64", target_arch = "amdgpu"))]
+gpu_rpc::gpu_panic_handler!();
+
+#[cfg(target_arch = "amdgpu")]
+mod amdgpu;
+
+mod services_demo;
 
 #[cfg(target_arch = "nvptx64")]
 mod nvptx {
@@ -12,12 +23,6 @@ mod nvptx {
     use core::sync::atomic::{AtomicU32, Ordering};
     use gpu_example_services::{BenchClient, HostServicesClient};
     use gpu_rpc::protocol::{Client, ClientDesc};
-
-    #[panic_handler]
-    fn panic(_: &core::panic::PanicInfo) -> ! {
-        // SAFETY: `trap` ends the kernel with an error the host reports.
-        unsafe { trap() }
-    }
 
     /// Global 1-D thread index and thread count (x dimension).
     #[inline(always)]
@@ -169,12 +174,13 @@ mod nvptx {
     /// The floor of the benchmarks: one GPU thread and one host thread
     /// ping-pong a counter over pinned mapped memory, with no protocol.
     /// `words[0]` is written by the GPU, `words[16]` (another cache line) by
-    /// the host.
+    /// the host. The descriptor is unused (the launcher passes one to every
+    /// kernel).
     ///
     /// # Safety
     /// `words` points to 32 mapped `u32`s.
     #[no_mangle]
-    pub unsafe extern "ptx-kernel" fn pingpong_kernel(words: *const AtomicU32, iters: u32) {
+    pub unsafe extern "ptx-kernel" fn pingpong_kernel(_desc: ClientDesc, words: *const AtomicU32, iters: u32) {
         // SAFETY: 32 live words.
         let (mine, theirs) = unsafe { (&*words, &*words.add(16)) };
         for i in 1..=iters {

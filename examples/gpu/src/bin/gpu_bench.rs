@@ -1,0 +1,349 @@
+//! The GPU benchmarks (see BENCHMARKS.md). Every workload is reported with a
+//! baseline measured in the same run:
+//!
+//! 1. `null`: one-lane round trip on one port (runtime no-op and the
+//!    generated `Bench::incr`), and one full warp, against a raw ping-pong of
+//!    two words over the same kind of pinned mapped memory (the floor);
+//! 2. `contention`: all SMs × warps making round-trip calls, over port counts
+//!    and server threads, against one warp alone;
+//! 3. `bandwidth`: `Bench::sink(&[u8])` of 64 B .. 1 MiB per lane-call from
+//!    one warp, against `cuMemcpyDtoH` of the same bytes;
+//! 4. `print`: 100k threads printing one line each through `print_stderr`
+//!    into a file, against CUDA's device `printf` (run with `printf PTX` as
+//!    separate invocations so each can redirect its own output).
+//!
+//! ```text
+//! gpu_bench all                        # 1-3 and the RPC half of 4
+//! gpu_bench print-rpc OUT_FILE         # 4, gpu_rpc half
+//! gpu_bench print-cuda printf.ptx      # 4, CUDA printf half (stdout -> file)
+//! ```
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gpu_example_services::{BenchServer, HostServices, HostServicesServer};
+use gpu_examples::{kernels_ptx, Counters};
+use gpu_rpc::cuda::{
+    launch, launch_with_region, CudaDevice, CudaRegion, DeviceBuffer, Kernel, KernelArg, Launch, Module, PinnedBuffer,
+};
+use gpu_rpc::server::{Dispatcher, ServerConfig};
+
+fn bench_dispatcher(counters: &Arc<Counters>) -> Dispatcher {
+    let mut d = Dispatcher::new(ServerConfig::default());
+    d.add(BenchServer(Arc::clone(counters))).unwrap();
+    d
+}
+
+fn kernel_secs(r: &gpu_rpc::cuda::Report) -> f64 {
+    r.kernel_time.unwrap_or(r.elapsed).as_secs_f64()
+}
+
+/// Raw ping-pong: the GPU thread writes word 0 and waits for word 16; this
+/// thread mirrors it. Returns seconds per round trip.
+fn pingpong(dev: &CudaDevice, module: &Module, iters: u32) -> f64 {
+    let kernel = module.kernel("pingpong_kernel").unwrap();
+    let words = PinnedBuffer::new(dev, 128).unwrap();
+    let host = words.host_ptr() as usize;
+    let d = Dispatcher::new(ServerConfig::default());
+    let mirror = std::thread::spawn(move || {
+        // SAFETY: the buffer outlives this thread (joined below); words 0 and
+        // 16 are 4-byte aligned atomics shared with the GPU.
+        let (gpu, mine) = unsafe { (&*(host as *const AtomicU32), &*((host + 64) as *const AtomicU32)) };
+        for i in 1..=iters {
+            // Acquire: pairs with the GPU's release store.
+            while gpu.load(Ordering::Acquire) != i {
+                std::hint::spin_loop();
+            }
+            // Release: as the protocol's outbox flip.
+            mine.store(i, Ordering::Release);
+        }
+    });
+    let cfg = Launch {
+        grid: (1, 1, 1),
+        block: (1, 1, 1),
+        port_count: 1,
+        ..Launch::default()
+    };
+    let r = launch(
+        &kernel,
+        &cfg,
+        &d,
+        &[KernelArg::Ptr(words.device_ptr()), KernelArg::U32(iters)],
+    )
+    .unwrap();
+    mirror.join().unwrap();
+    kernel_secs(&r) / iters as f64
+}
+
+/// Seconds per call of a counting kernel with `threads` threads in one block.
+fn per_call(dev: &CudaDevice, kernel: &Kernel<'_>, threads: u32, iters: u32) -> f64 {
+    let out = PinnedBuffer::new(dev, threads as usize * 8).unwrap();
+    let counters = Arc::new(Counters::default());
+    let d = bench_dispatcher(&counters);
+    let region = CudaRegion::new(dev, 1).unwrap();
+    let cfg = Launch {
+        grid: (1, 1, 1),
+        block: (threads, 1, 1),
+        ..Launch::default()
+    };
+    let r = launch_with_region(
+        &region,
+        kernel,
+        &cfg,
+        &d,
+        &[KernelArg::U32(iters), KernelArg::Ptr(out.device_ptr())],
+    )
+    .unwrap();
+    assert_eq!(r.errors, 0);
+    kernel_secs(&r) / iters as f64
+}
+
+fn null(dev: &CudaDevice, module: &Module) {
+    let iters = 20_000;
+    let noop = module.kernel("rpc_noop_kernel").unwrap();
+    let incr = module.kernel("rpc_incr_kernel").unwrap();
+    // Warm up the module, the driver and the page tables.
+    per_call(dev, &noop, 1, 100);
+    pingpong(dev, module, 1000);
+    let floor = pingpong(dev, module, iters);
+    let one = per_call(dev, &noop, 1, iters);
+    let one_incr = per_call(dev, &incr, 1, iters);
+    let warp = per_call(dev, &noop, 32, iters / 4);
+    let warp_incr = per_call(dev, &incr, 32, iters / 4);
+    println!("\n### 1. Null round trip (one port, one host server thread, {iters} calls)\n");
+    println!("| workload | µs per call | × floor |");
+    println!("|---|---:|---:|");
+    println!("| raw ping-pong of two words (floor) | {:.2} | 1.00 |", floor * 1e6);
+    println!("| runtime no-op, 1 lane | {:.2} | {:.2} |", one * 1e6, one / floor);
+    println!(
+        "| generated `Bench::incr`, 1 lane | {:.2} | {:.2} |",
+        one_incr * 1e6,
+        one_incr / floor
+    );
+    println!(
+        "| runtime no-op, 1 warp (32 lanes) | {:.2} | {:.2} |",
+        warp * 1e6,
+        warp / floor
+    );
+    println!(
+        "| generated `Bench::incr`, 1 warp | {:.2} | {:.2} |",
+        warp_incr * 1e6,
+        warp_incr / floor
+    );
+    println!(
+        "\nOne warp: {:.2} M lane-calls/s ({:.2} M with the generated stub).",
+        32.0 / warp / 1e6,
+        32.0 / warp_incr / 1e6
+    );
+}
+
+fn contention(dev: &CudaDevice, module: &Module) {
+    let sms = dev.sm_count().unwrap();
+    let incr = module.kernel("rpc_incr_kernel").unwrap();
+    let iters = 20;
+    let one_warp = 1.0 / per_call(dev, &incr, 32, 2000);
+    println!("\n### 2. Throughput under contention (`Bench::incr`, {iters} calls per thread)\n");
+    println!("Baseline: one warp alone, {:.3} M warp-calls/s.\n", one_warp / 1e6);
+    println!("| blocks × threads | warps | ports | server threads | M warp-calls/s | M lane-calls/s | × one warp |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    // 528 blocks × 128 threads (2112 warps), and 264 × 512 (4224 warps, the
+    // thread count of the reference's 132 × 1024: 1024-thread blocks of this
+    // kernel need more registers per SM than there are).
+    for (grid, block, port_list) in [
+        (sms * 4, 128u32, vec![64u32, 512, 4096]),
+        (sms * 2, 512, vec![512, 4096]),
+    ] {
+        for &ports in &port_list {
+            for servers in [1usize, 2, 4, 8] {
+                let threads = grid as usize * block as usize;
+                let out = PinnedBuffer::new(dev, threads * 8).unwrap();
+                let counters = Arc::new(Counters::default());
+                let d = bench_dispatcher(&counters);
+                let region = CudaRegion::new(dev, ports).unwrap();
+                let cfg = Launch {
+                    grid: (grid, 1, 1),
+                    block: (block, 1, 1),
+                    server_threads: servers,
+                    ..Launch::default()
+                };
+                let r = launch_with_region(
+                    &region,
+                    &incr,
+                    &cfg,
+                    &d,
+                    &[KernelArg::U32(iters), KernelArg::Ptr(out.device_ptr())],
+                )
+                .unwrap();
+                let warps = grid as u64 * block as u64 / 32;
+                assert_eq!(r.calls, warps * iters as u64);
+                let s = kernel_secs(&r);
+                let wc = r.calls as f64 / s;
+                println!(
+                    "| {grid} × {block} | {warps} | {ports} | {servers} | {:.3} | {:.1} | {:.1} |",
+                    wc / 1e6,
+                    wc * 32.0 / 1e6,
+                    wc / one_warp
+                );
+            }
+        }
+    }
+}
+
+fn bandwidth(dev: &CudaDevice, module: &Module) {
+    let sink = module.kernel("rpc_sink_kernel").unwrap();
+    println!("\n### 3. Streaming bandwidth (`Bench::sink(&[u8])`, one warp, each lane its own slice)\n");
+    println!("| bytes per lane-call | calls | gpu_rpc GB/s | cuMemcpyDtoH GB/s (same bytes per warp-call) | ratio |");
+    println!("|---:|---:|---:|---:|---:|");
+    for bytes in [64usize, 4096, 65536, 1 << 20] {
+        let iters = (((64 << 20) / (32 * bytes)).clamp(4, 2000)) as u32;
+        let src = DeviceBuffer::new(dev, bytes).unwrap();
+        let out = PinnedBuffer::new(dev, 32 * 8).unwrap();
+        let counters = Arc::new(Counters::default());
+        let d = bench_dispatcher(&counters);
+        let cfg = Launch {
+            grid: (1, 1, 1),
+            block: (32, 1, 1),
+            port_count: 1,
+            ..Launch::default()
+        };
+        let args = [
+            KernelArg::Ptr(src.device_ptr()),
+            KernelArg::U64(bytes as u64),
+            KernelArg::U32(iters),
+            KernelArg::Ptr(out.device_ptr()),
+        ];
+        let r = launch(&sink, &cfg, &d, &args).unwrap();
+        let moved = counters.sunk.load(Ordering::Relaxed);
+        assert_eq!(moved, 32 * bytes as u64 * iters as u64);
+        let rpc = moved as f64 / kernel_secs(&r) / 1e9;
+        // Baseline: the same bytes per warp-call with cuMemcpyDtoH.
+        let big = DeviceBuffer::new(dev, 32 * bytes).unwrap();
+        let dst = PinnedBuffer::new(dev, 32 * bytes).unwrap();
+        big.copy_to(&dst).unwrap();
+        let mut t = Duration::ZERO;
+        let reps = iters.min(200);
+        for _ in 0..reps {
+            t += big.copy_to(&dst).unwrap();
+        }
+        let copy = (32 * bytes) as f64 * reps as f64 / t.as_secs_f64() / 1e9;
+        println!("| {bytes} | {iters} | {rpc:.3} | {copy:.3} | {:.2} |", rpc / copy);
+    }
+}
+
+/// Writes every printed line to a file.
+struct FilePrinter(Mutex<std::io::BufWriter<std::fs::File>>);
+
+impl HostServices for FilePrinter {
+    fn print_stderr(&self, msg: &str) {
+        let _ = self.0.lock().unwrap().write_all(msg.as_bytes());
+    }
+    fn exit(&self, code: i32) -> ! {
+        std::process::exit(code)
+    }
+    fn add(&self, a: u64, b: u64) -> u64 {
+        a + b
+    }
+    fn read_block(&self, _offset: u64, _out: &mut [u8]) -> usize {
+        0
+    }
+}
+
+const PRINT_BLOCKS: u32 = 782;
+const PRINT_THREADS: u32 = 128;
+
+fn print_rpc(module: &Module, path: &str) {
+    let kernel = module.kernel("rpc_print_kernel").unwrap();
+    let file = std::fs::File::create(path).unwrap();
+    let printer = Arc::new(FilePrinter(Mutex::new(std::io::BufWriter::new(file))));
+    for servers in [1usize, 4] {
+        let mut d = Dispatcher::new(ServerConfig::default());
+        d.add(HostServicesServer(Arc::clone(&printer))).unwrap();
+        let cfg = Launch {
+            grid: (PRINT_BLOCKS, 1, 1),
+            block: (PRINT_THREADS, 1, 1),
+            server_threads: servers,
+            ..Launch::default()
+        };
+        let t0 = Instant::now();
+        let r = launch(&kernel, &cfg, &d, &[KernelArg::U32(0)]).unwrap();
+        printer.0.lock().unwrap().flush().unwrap();
+        let wall = t0.elapsed().as_secs_f64();
+        let lines = (PRINT_BLOCKS * PRINT_THREADS) as f64;
+        println!(
+            "print-rpc: {} lines, {servers} server threads, kernel {:.1} ms, end to end {:.1} ms, {:.2} M lines/s end to end",
+            lines,
+            kernel_secs(&r) * 1e3,
+            wall * 1e3,
+            lines / wall / 1e6
+        );
+    }
+}
+
+fn print_cuda(dev: &CudaDevice, ptx_path: &str) {
+    dev.set_printf_fifo_size(256 << 20).unwrap();
+    let ptx = std::fs::read_to_string(ptx_path).unwrap();
+    let module = Module::from_ptx(dev, &ptx).unwrap();
+    let kernel = module.kernel("printf_kernel").unwrap();
+    let d = Dispatcher::new(ServerConfig::default());
+    let cfg = Launch {
+        grid: (PRINT_BLOCKS, 1, 1),
+        block: (PRINT_THREADS, 1, 1),
+        port_count: 1,
+        ..Launch::default()
+    };
+    let t0 = Instant::now();
+    let r = launch(&kernel, &cfg, &d, &[]).unwrap();
+    std::io::stdout().flush().unwrap();
+    let wall = t0.elapsed().as_secs_f64();
+    let lines = (PRINT_BLOCKS * PRINT_THREADS) as f64;
+    eprintln!(
+        "print-cuda: {} lines, kernel {:.1} ms, end to end {:.1} ms, {:.2} M lines/s end to end",
+        lines,
+        kernel_secs(&r) * 1e3,
+        wall * 1e3,
+        lines / wall / 1e6
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let what = args.get(1).map(String::as_str).unwrap_or("all");
+    let dev = CudaDevice::new(0).unwrap_or_else(|e| {
+        eprintln!("gpu_bench: {e}");
+        std::process::exit(1)
+    });
+    if what == "print-cuda" {
+        print_cuda(&dev, args.get(2).expect("printf PTX path"));
+        return;
+    }
+    let ptx = kernels_ptx().unwrap_or_else(|e| {
+        eprintln!("gpu_bench: {e}");
+        std::process::exit(1)
+    });
+    let module = Module::from_ptx(&dev, ptx).unwrap();
+    println!(
+        "device: {} ({} SMs), driver {:?}",
+        dev.name().unwrap(),
+        dev.sm_count().unwrap(),
+        CudaDevice::driver_version().ok()
+    );
+    match what {
+        "null" => null(&dev, &module),
+        "contention" => contention(&dev, &module),
+        "bandwidth" => bandwidth(&dev, &module),
+        "print-rpc" => print_rpc(&module, args.get(2).map(String::as_str).unwrap_or("/tmp/print-rpc.txt")),
+        "all" => {
+            null(&dev, &module);
+            contention(&dev, &module);
+            bandwidth(&dev, &module);
+        }
+        other => {
+            eprintln!(
+                "gpu_bench: unknown workload `{other}` (null, contention, bandwidth, print-rpc, print-cuda, all)"
+            );
+            std::process::exit(2)
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! End-to-end checks on an NVIDIA GPU (run by `scripts/gpu-check.sh`):
+//!
+//! 1. the seeds' test: every thread of 1 thread, then of 132×4 blocks of 128
+//!    threads, makes many round-trip increment calls through the generated
+//!    `Bench::incr` stub; every final value and the host's call count exact,
+//!    every port idle and unlocked afterwards;
+//! 2. the same through the runtime's no-op call, with 1, 7, 64 and 4096 ports
+//!    and 1..4 server threads, and partial warps;
+//! 3. printing from 4096 threads, synchronous (`print_stderr`) and
+//!    fire-and-forget (`Bench::log`): every line arrives exactly once;
+//! 4. `sink`: streamed `&[u8]` of several sizes, byte counts exact.
+//!
+//! Exits with 0 when every check passed, 1 otherwise; prints one line per
+//! check with its numbers.
+
+use std::collections::HashSet;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use gpu_example_services::{BenchServer, HostServicesServer};
+use gpu_examples::{kernels_ptx, Counters, Recorder};
+use gpu_rpc::cuda::{launch_with_region, CudaDevice, CudaRegion, Kernel, KernelArg, Launch, Module, PinnedBuffer};
+use gpu_rpc::server::{Dispatcher, ServerConfig, Service};
+
+struct Ctx {
+    dev: CudaDevice,
+    failures: usize,
+}
+
+impl Ctx {
+    fn check(&mut self, name: &str, r: Result<String, String>) {
+        match r {
+            Ok(msg) => println!("PASS {name}: {msg}"),
+            Err(msg) => {
+                println!("FAIL {name}: {msg}");
+                self.failures += 1;
+            }
+        }
+    }
+}
+
+fn dispatcher(services: Vec<Arc<dyn Service>>) -> Dispatcher {
+    let mut d = Dispatcher::new(ServerConfig::default());
+    for s in services {
+        d.add_arc(s).expect("no opcode collisions");
+    }
+    d
+}
+
+/// Run a counting kernel (`incr` or `noop`) and check every value.
+#[allow(clippy::too_many_arguments)]
+fn counting(
+    ctx: &Ctx,
+    kernel: &Kernel<'_>,
+    grid: u32,
+    block: u32,
+    ports: u32,
+    servers: usize,
+    iters: u32,
+    base: impl Fn(u64) -> u64,
+) -> Result<String, String> {
+    let threads = grid as usize * block as usize;
+    let out = PinnedBuffer::new(&ctx.dev, threads * 8).map_err(|e| e.to_string())?;
+    let region = CudaRegion::new(&ctx.dev, ports).map_err(|e| e.to_string())?;
+    let counters = Arc::new(Counters::default());
+    let d = dispatcher(vec![Arc::new(BenchServer(Arc::clone(&counters)))]);
+    let cfg = Launch {
+        grid: (grid, 1, 1),
+        block: (block, 1, 1),
+        server_threads: servers,
+        ..Launch::default()
+    };
+    let report = launch_with_region(
+        &region,
+        kernel,
+        &cfg,
+        &d,
+        &[KernelArg::U32(iters), KernelArg::Ptr(out.device_ptr())],
+    )
+    .map_err(|e| e.to_string())?;
+    let mut wrong = 0;
+    let mut first_wrong = None;
+    for g in 0..threads {
+        // SAFETY: the kernel has finished; the buffer holds `threads` u64s.
+        let v = unsafe { out.read_u64(g) };
+        let want = base(g as u64) + iters as u64;
+        if v != want {
+            wrong += 1;
+            first_wrong.get_or_insert((g, v, want));
+        }
+    }
+    let quiet = region.is_quiescent().map_err(|e| e.to_string())?;
+    let warps = grid as u64 * (block as u64).div_ceil(32);
+    let calls = warps * iters as u64;
+    let secs = report.kernel_time.unwrap_or(report.elapsed).as_secs_f64();
+    let msg = format!(
+        "{threads} threads × {iters} calls, {ports} ports, {servers} server threads: {} warp-calls in {:.3} s ({:.2} M warp-calls/s, {:.1} M lane-calls/s), host errors {}",
+        report.calls,
+        secs,
+        report.calls as f64 / secs / 1e6,
+        (threads as u64 * iters as u64) as f64 / secs / 1e6,
+        report.errors
+    );
+    if let Some((g, v, want)) = first_wrong {
+        return Err(format!(
+            "{wrong} wrong values (thread {g}: {v}, expected {want}); {msg}"
+        ));
+    }
+    if report.calls != calls {
+        return Err(format!(
+            "host served {} warp-calls, expected {calls}; {msg}",
+            report.calls
+        ));
+    }
+    if kernel.name() == "rpc_incr_kernel" && counters.incr.load(Ordering::Relaxed) != threads as u64 * iters as u64 {
+        return Err(format!(
+            "host counted {} incr lane-calls; {msg}",
+            counters.incr.load(Ordering::Relaxed)
+        ));
+    }
+    if !quiet {
+        return Err(format!("a port was left locked or pending; {msg}"));
+    }
+    Ok(msg)
+}
+
+fn main() -> ExitCode {
+    let ptx = match kernels_ptx() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("gpu_check: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let dev = match CudaDevice::new(0) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("gpu_check: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let sms = dev.sm_count().unwrap_or(132);
+    println!(
+        "device: {} ({} SMs, cc {:?})",
+        dev.name().unwrap_or_default(),
+        sms,
+        dev.compute_capability().ok()
+    );
+    let module = Module::from_ptx(&dev, ptx).expect("kernels load");
+    let incr = module.kernel("rpc_incr_kernel").expect("rpc_incr_kernel");
+    let noop = module.kernel("rpc_noop_kernel").expect("rpc_noop_kernel");
+    let mut ctx = Ctx { dev, failures: 0 };
+
+    // 1. The seeds' test through the generated stub.
+    let r = counting(&ctx, &incr, 1, 1, 1, 1, 2000, |g| g * 1_000_000);
+    ctx.check("seeds/1-thread", r);
+    let r = counting(&ctx, &incr, sms * 4, 128, 4096, 1, 50, |g| g * 1_000_000);
+    ctx.check("seeds/132x4-blocks-x128", r);
+    let r = counting(&ctx, &incr, sms * 4, 128, 512, 4, 50, |g| g * 1_000_000);
+    ctx.check("seeds/132x4-blocks-x128-512ports-4servers", r);
+
+    // 2. No-op calls over port counts, server threads and partial warps.
+    for (ports, servers) in [(1, 1), (7, 2), (64, 3), (4096, 4)] {
+        let r = counting(&ctx, &noop, 16, 96, ports, servers, 20, |g| g);
+        ctx.check(&format!("noop/{ports}-ports-{servers}-servers"), r);
+    }
+    let r = counting(&ctx, &noop, 5, 45, 8, 2, 20, |g| g);
+    ctx.check("noop/partial-warps-45-threads", r);
+
+    // 3. Printing: every line exactly once, sync and async.
+    for async_ in [0u32, 1] {
+        let t0 = Instant::now();
+        let rec = Arc::new(Recorder::default());
+        let counters = Arc::new(Counters::default());
+        let d = dispatcher(vec![
+            Arc::new(HostServicesServer(Arc::clone(&rec))),
+            Arc::new(BenchServer(Arc::clone(&counters))),
+        ]);
+        let kernel = module.kernel("rpc_print_kernel").expect("rpc_print_kernel");
+        let region = CudaRegion::new(&ctx.dev, 1024).expect("region");
+        let cfg = Launch {
+            grid: (32, 1, 1),
+            block: (128, 1, 1),
+            server_threads: 2,
+            ..Launch::default()
+        };
+        let r = launch_with_region(&region, &kernel, &cfg, &d, &[KernelArg::U32(async_)]).map_err(|e| e.to_string());
+        let lines = if async_ == 1 {
+            counters.logged.lock().unwrap().clone()
+        } else {
+            rec.lines.lock().unwrap().clone()
+        };
+        let set: HashSet<&String> = lines.iter().collect();
+        let want: HashSet<String> = (0..4096).map(|g| format!("thread {g} says hello\n")).collect();
+        let ok = r.is_ok() && lines.len() == 4096 && set.len() == 4096 && want.iter().all(|w| set.contains(w));
+        let name = if async_ == 1 {
+            "print/async-4096-threads"
+        } else {
+            "print/sync-4096-threads"
+        };
+        let msg = format!(
+            "{} lines ({} distinct) in {:.1} ms; {:?}",
+            lines.len(),
+            set.len(),
+            t0.elapsed().as_secs_f64() * 1e3,
+            r.err()
+        );
+        ctx.check(name, if ok { Ok(msg) } else { Err(msg) });
+    }
+
+    // 4. Streams of several sizes.
+    for bytes in [0u64, 1, 63, 64, 4096, 100_000] {
+        let data = PinnedBuffer::new(&ctx.dev, (bytes as usize).max(8)).expect("buffer");
+        let out = PinnedBuffer::new(&ctx.dev, 256 * 8).expect("buffer");
+        let counters = Arc::new(Counters::default());
+        let d = dispatcher(vec![Arc::new(BenchServer(Arc::clone(&counters)))]);
+        let kernel = module.kernel("rpc_sink_kernel").expect("rpc_sink_kernel");
+        let cfg = Launch {
+            grid: (4, 1, 1),
+            block: (64, 1, 1),
+            server_threads: 2,
+            ..Launch::default()
+        };
+        let iters = 3u32;
+        let r = gpu_rpc::cuda::launch(
+            &kernel,
+            &cfg,
+            &d,
+            &[
+                KernelArg::Ptr(data.device_ptr()),
+                KernelArg::U64(bytes),
+                KernelArg::U32(iters),
+                KernelArg::Ptr(out.device_ptr()),
+            ],
+        );
+        let sunk = counters.sunk.load(Ordering::Relaxed);
+        let want = 256 * iters as u64 * bytes;
+        // SAFETY: the kernel has finished.
+        let per_thread_ok = (0..256).all(|g| unsafe { out.read_u64(g) } == iters as u64 * bytes);
+        let msg = format!("{sunk} bytes received (expected {want}); {:?}", r.as_ref().err());
+        ctx.check(
+            &format!("sink/{bytes}-bytes"),
+            if r.is_ok() && sunk == want && per_thread_ok {
+                Ok(msg)
+            } else {
+                Err(msg)
+            },
+        );
+    }
+
+    println!("{} failure(s)", ctx.failures);
+    if ctx.failures == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Run the GPU checks (and, with --bench, the benchmarks) on a machine with an
+# NVIDIA GPU, from the folder scripts/gpu-build.sh filled (default .gpu/).
+# Prints what it runs and what it saw; exits non-zero if a check failed.
+set -u
+dir=${GPU_DIR:-.gpu}
+bench=0; [ "${1:-}" = --bench ] && bench=1
+fail=0
+step() { echo; echo "=== $*"; }
+expect() { # expect CODE CMD...: run CMD, require exit code CODE
+  local want=$1; shift
+  "$@"; local rc=$?
+  if [ "$rc" -ne "$want" ]; then echo "FAIL: exit code $rc, expected $want: $*"; fail=1; else echo "ok: exit code $rc"; fi
+}
+step "device"
+nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader || true
+
+step "CUDA backend tests (rpc-runtime)"
+for t in "$dir"/test-cuda_*; do
+  [ -x "$t" ] || continue
+  GPU_RPC_TEST_PTX="$dir/kernels.ptx" expect 0 "$t" --test-threads=1
+done
+
+step "gpu_check: seeds' test, port counts, partial warps, printing, streams"
+expect 0 "$dir/gpu_check"
+
+step "hello_gpu (expects exit code 3)"
+expect 3 "$dir/hello_gpu" --blocks 2 --threads 64
+
+if [ -x "$dir/gpu-run" ]; then
+  step "gpu-run on gpu_main (prints, exits with 3)"
+  expect 3 "$dir/gpu-run" --threads 32 --blocks 2 "$dir/kernels.ptx" first "second arg"
+  step "gpu-run error paths"
+  expect 1 "$dir/gpu-run" "$dir/missing.ptx"
+  expect 1 "$dir/gpu-run" --kernel no_such_kernel "$dir/kernels.ptx"
+  expect 2 "$dir/gpu-run" --threads 0 "$dir/kernels.ptx"
+  step "gpu-run on a kernel that panics on purpose: reported with its location, exit code 101"
+  expect 101 "$dir/gpu-run" --threads 4 --blocks 2 --kernel panic_demo_kernel "$dir/kernels.ptx"
+  step "gpu-run reading a host file from the kernel (first line of the PTX itself), then a missing one"
+  expect 0 "$dir/gpu-run" --kernel file_demo_kernel "$dir/kernels.ptx" "$dir/kernels.ptx"
+  expect 0 "$dir/gpu-run" --kernel file_demo_kernel "$dir/kernels.ptx" /nonexistent/file
+fi
+
+if [ "$bench" = 1 ]; then
+  step "benchmarks"
+  "$dir/gpu_bench" all || fail=1
+  step "printing: gpu_rpc print_stderr vs CUDA printf, 100096 lines each, to a file"
+  "$dir/gpu_bench" print-rpc /tmp/print-rpc.txt || fail=1
+  wc -l /tmp/print-rpc.txt
+  if command -v nvcc >/dev/null; then
+    nvcc -arch=sm_90 -ptx -o /tmp/printf_baseline.ptx "$dir/printf_baseline.cu" &&
+      "$dir/gpu_bench" print-cuda /tmp/printf_baseline.ptx > /tmp/print-cuda.txt || fail=1
+    wc -l /tmp/print-cuda.txt
+  else
+    echo "nvcc not found: CUDA printf baseline skipped"
+  fi
+fi
+echo
+[ "$fail" = 0 ] && echo "ALL GPU CHECKS PASSED" || echo "SOME GPU CHECKS FAILED"
+exit $fail

@@ -1,0 +1,731 @@
+//! Reliability on the CPU backend: bad input, faults and kernels that die,
+//! with every failure visible (an error status for the lanes, a `ServerError`
+//! naming opcode, port and lane(s)) and bounded (nothing hangs, nothing is
+//! allocated beyond the limit, the server goes on serving).
+//!
+//! Malformed calls are made three ways: through generated stubs of services
+//! the server lacks, through the runtime's raw call API with crafted argument
+//! blocks, frame words and streams, and by writing the shared region directly
+//! (`Region::raw`) as a misbehaving device would.
+
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gpu_rpc::call::{FrameWord, FRAME_VERSION};
+use gpu_rpc::cpu::{run, run_on, Launch, Region};
+use gpu_rpc::protocol::{Buffer, Layout, BUFFER_BYTES};
+use gpu_rpc::server::{Dispatcher, ServerConfig, ServerError};
+use gpu_rpc::{gpu_rpc, Status};
+
+/// The service the server has.
+#[gpu_rpc]
+pub trait Rel {
+    fn add(&self, a: u64, b: u64) -> u64;
+    /// Byte length of the text.
+    fn print(&self, s: &str) -> u64;
+    fn flag(&self, b: bool, c: char) -> u32;
+    fn sum(&self, data: &[u8]) -> u64;
+    fn fill(&self, seed: u8, out: &mut [u8]) -> u64;
+    fn boom(&self, msg: &str) -> u32;
+}
+
+/// A service the server does not have.
+#[gpu_rpc]
+pub trait Other {
+    fn ping(&self, x: u32) -> u32;
+    fn upload(&self, data: &[u8], out: &mut [u16]) -> u8;
+    #[gpu_rpc(async)]
+    fn shout(&self, s: &str);
+}
+
+#[derive(Default)]
+struct Host {
+    adds: AtomicUsize,
+    printed: Mutex<Vec<String>>,
+}
+
+impl Rel for Arc<Host> {
+    fn add(&self, a: u64, b: u64) -> u64 {
+        self.adds.fetch_add(1, Ordering::Relaxed);
+        a + b
+    }
+    fn print(&self, s: &str) -> u64 {
+        self.printed.lock().unwrap().push(s.to_string());
+        s.len() as u64
+    }
+    fn flag(&self, b: bool, c: char) -> u32 {
+        c as u32 + b as u32
+    }
+    fn sum(&self, data: &[u8]) -> u64 {
+        data.iter().map(|&x| x as u64).sum()
+    }
+    fn fill(&self, seed: u8, out: &mut [u8]) -> u64 {
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = seed.wrapping_add(i as u8);
+        }
+        out.len() as u64
+    }
+    fn boom(&self, msg: &str) -> u32 {
+        panic!("boom: {msg}")
+    }
+}
+
+const LIMIT: u64 = 1024;
+
+fn dispatcher() -> (Arc<Dispatcher>, Arc<Host>) {
+    let host = Arc::new(Host::default());
+    let mut d = Dispatcher::new(ServerConfig {
+        max_stream_bytes: LIMIT,
+        log_errors: false,
+        ..ServerConfig::default()
+    });
+    d.add(RelServer(host.clone())).unwrap();
+    (Arc::new(d), host)
+}
+
+fn one_thread(ports: u32) -> Launch {
+    Launch {
+        threads: 1,
+        server_threads: 1,
+        port_count: ports,
+        lane_size: 1,
+    }
+}
+
+/// Run `f` on its own thread and fail (instead of hanging) if it takes
+/// longer than `secs`.
+fn watchdog<T: Send + 'static>(what: &str, secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let _ = tx.send(r);
+    });
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(p)) => std::panic::resume_unwind(p),
+        Err(_) => panic!("{what}: still running after {secs} s (hung)"),
+    }
+}
+
+fn assert_has(text: &str, parts: &[&str]) {
+    for p in parts {
+        assert!(text.contains(p), "{text:?} lacks {p:?}");
+    }
+}
+
+fn hex(opcode: u32) -> String {
+    format!("{opcode:#010x}")
+}
+
+/// A whole-call error: one record, no lane, the lane mask in the message.
+fn assert_whole_call(e: &ServerError, status: Status, opcode: u32, lanes: u64) {
+    assert_eq!(e.status, status, "{e}");
+    assert_eq!(e.opcode, opcode, "{e}");
+    assert_eq!(e.lane, None, "{e}");
+    assert_has(&e.to_string(), &[&hex(opcode), "port ", &format!("lanes {lanes:#x}")]);
+}
+
+// ---------------------------------------------------------------------------
+// Unknown opcodes.
+
+/// Calls of a trait the server does not serve: the `try_` form returns
+/// `UnknownOpcode`, the streams and out-buffer are consumed (the buffer left
+/// as it was), a fire-and-forget call is dropped with a logged error; each is
+/// one error naming opcode, port and lanes, and the next call works.
+#[test]
+fn unknown_opcode_is_answered_and_logged() {
+    let (d, host) = dispatcher();
+    let d2 = d.clone();
+    let report = watchdog("unknown opcode", 60, move || {
+        run(&one_thread(3), &d2, |client, _| {
+            let other = OtherClient::new(client);
+            let rel = RelClient::new(client);
+            let e = other.try_ping(7).unwrap_err();
+            assert_eq!(e.status, Status::UnknownOpcode);
+            assert_eq!(e.desc, OtherRpc::PING);
+            let mut out = [9u16; 300];
+            let e = other.try_upload(&[1u8; 3000], &mut out).unwrap_err();
+            assert_eq!(e.status, Status::UnknownOpcode);
+            assert!(out.iter().all(|&x| x == 9), "out-buffer of a refused call was written");
+            other.shout("nobody listens");
+            assert_eq!(rel.add(2, 3), 5);
+        })
+        .unwrap()
+    });
+    assert_eq!(report.calls, 4);
+    assert_eq!(report.errors, 3);
+    assert_eq!(host.adds.load(Ordering::Relaxed), 1);
+    let errors = d.errors();
+    let opcodes = [OtherRpc::PING.opcode, OtherRpc::UPLOAD.opcode, OtherRpc::SHOUT.opcode];
+    for (e, op) in errors.iter().zip(opcodes) {
+        assert_whole_call(e, Status::UnknownOpcode, op, 0x1);
+        assert_has(&e.message, &["unknown opcode"]);
+        assert_eq!(e.method, None);
+    }
+}
+
+/// The panicking form of a stub fails the lane with a message naming the
+/// method, the opcode and the status.
+#[test]
+fn unknown_opcode_panicking_form_names_the_call() {
+    let (d, _) = dispatcher();
+    let err = watchdog("unknown opcode (panicking)", 60, move || {
+        run(&one_thread(1), &d, |client, _| {
+            OtherClient::new(client).ping(1);
+        })
+        .unwrap_err()
+    });
+    assert_eq!(err.thread, 0);
+    assert_eq!(
+        err.message,
+        format!(
+            "gpu_rpc: call to Other::ping (opcode {}) failed: unknown opcode: no service on the host handles it",
+            hex(OtherRpc::PING.opcode)
+        )
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Size limits.
+
+/// A stream over `max_stream_bytes`: `TooLarge` for that call, its packets
+/// consumed, the next call (at exactly the limit) works.
+#[test]
+fn stream_over_limit_is_too_large_and_consumed() {
+    let (d, _) = dispatcher();
+    let d2 = d.clone();
+    watchdog("stream over limit", 60, move || {
+        run(&one_thread(1), &d2, |client, _| {
+            let rel = RelClient::new(client);
+            let e = rel.try_sum(&[1u8; 4 * LIMIT as usize + 3]).unwrap_err();
+            assert_eq!((e.status, e.detail), (Status::TooLarge, 0));
+            let text = "é".repeat(LIMIT as usize);
+            assert_eq!(rel.try_print(&text).unwrap_err().status, Status::TooLarge);
+            assert_eq!(rel.sum(&[2u8; LIMIT as usize]), 2 * LIMIT);
+            assert_eq!(rel.add(1, 1), 2);
+        })
+        .unwrap()
+    });
+    let errors = d.errors();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    for (e, (method, len)) in errors
+        .iter()
+        .zip([("Rel::sum", 4 * LIMIT + 3), ("Rel::print", 2 * LIMIT)])
+    {
+        assert_eq!((e.status, e.lane, e.method), (Status::TooLarge, Some(0), Some(method)));
+        assert_has(
+            &e.to_string(),
+            &[
+                &format!("streamed argument 0 is {len} bytes, over the limit of {LIMIT}"),
+                method,
+                "port 0",
+                "lane 0",
+            ],
+        );
+    }
+}
+
+/// An out-buffer over the limit: `TooLarge`, the client's buffer untouched,
+/// the next call works.
+#[test]
+fn out_buffer_over_limit_is_too_large() {
+    let (d, _) = dispatcher();
+    let d2 = d.clone();
+    watchdog("out-buffer over limit", 60, move || {
+        run(&one_thread(2), &d2, |client, _| {
+            let rel = RelClient::new(client);
+            let mut big = vec![7u8; LIMIT as usize + 1];
+            let e = rel.try_fill(3, &mut big).unwrap_err();
+            assert_eq!((e.status, e.detail), (Status::TooLarge, 0));
+            assert!(big.iter().all(|&b| b == 7));
+            let mut ok = vec![0u8; LIMIT as usize];
+            assert_eq!(rel.fill(3, &mut ok), LIMIT);
+            assert!(ok.iter().enumerate().all(|(i, &b)| b == 3u8.wrapping_add(i as u8)));
+        })
+        .unwrap()
+    });
+    let errors = d.errors();
+    assert_eq!(errors.len(), 1);
+    assert_eq!((errors[0].status, errors[0].lane), (Status::TooLarge, Some(0)));
+    assert_has(
+        &errors[0].to_string(),
+        &[
+            &format!(
+                "out-buffer 0 of {} elements is {} bytes, over the limit of {LIMIT}",
+                LIMIT + 1,
+                LIMIT + 1
+            ),
+            "Rel::fill",
+        ],
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Invalid values, sent through the raw call API.
+
+/// A `&str` argument that is not UTF-8, and a `bool`/`char` that are not
+/// valid values: `InvalidArgument` naming the argument, the next call works.
+#[test]
+fn invalid_values_are_refused() {
+    let (d, host) = dispatcher();
+    let d2 = d.clone();
+    watchdog("invalid values", 60, move || {
+        run(&one_thread(1), &d2, |client, _| {
+            let bad_utf8: &[u8] = &[b'o', b'k', 0xff, 0xfe];
+            let mut block = [0u8; 8];
+            block.copy_from_slice(&(bad_utf8.len() as u64).to_le_bytes());
+            let call = client.begin(RelRpc::PRINT, &block).stream(bad_utf8);
+            let mut ret = [0u8; 8];
+            let reply = call.reply(&mut ret);
+            let e = reply.result().unwrap_err();
+            reply.close();
+            assert_eq!((e.status, e.detail), (Status::InvalidArgument, 0));
+            assert_has(&e.to_string(), &["Rel::print", "invalid argument (argument 0)"]);
+
+            for (args, index) in [([2u8, b'a', 0, 0, 0], 0), ([1, 0x00, 0xd8, 0, 0], 1)] {
+                let call = client.begin(RelRpc::FLAG, &args);
+                let mut ret = [0u8; 4];
+                let reply = call.reply(&mut ret);
+                let e = reply.result().unwrap_err();
+                reply.close();
+                assert_eq!((e.status, e.detail), (Status::InvalidArgument, index));
+            }
+            let rel = RelClient::new(client);
+            assert_eq!(rel.flag(true, 'a'), 'b' as u32);
+            assert_eq!(rel.print("fine"), 4);
+        })
+        .unwrap()
+    });
+    assert_eq!(*host.printed.lock().unwrap(), ["fine"]);
+    let errors = d.errors();
+    assert_eq!(errors.len(), 3, "{errors:?}");
+    assert!(errors
+        .iter()
+        .all(|e| e.status == Status::InvalidArgument && e.lane == Some(0)));
+    assert_has(
+        &errors[0].to_string(),
+        &["argument 0 is not valid UTF-8", "Rel::print", "lane 0"],
+    );
+    assert_has(
+        &errors[1].to_string(),
+        &["argument 0: invalid bool byte 0x02", "Rel::flag"],
+    );
+    assert_has(
+        &errors[2].to_string(),
+        &["argument 1: invalid char 0xd800", "Rel::flag"],
+    );
+}
+
+/// Frame words a correct stub never sends, through a raw client port: a
+/// wrong version or stray reserved bits are `BadFrame`; a known opcode with
+/// another shape (the no-op too) is `SignatureMismatch`. Each is one error
+/// naming the lanes; the next call works.
+#[test]
+fn malformed_frame_words_are_refused() {
+    let (d, _) = dispatcher();
+    let d2 = d.clone();
+    let add = RelRpc::ADD.frame_word();
+    let mut v2 = add;
+    v2.version = FRAME_VERSION + 1;
+    let reserved = add.pack() | 1 << 55;
+    let mut shape = add;
+    shape.arg_bytes = 8;
+    let mut noop = gpu_rpc::call::NOOP_DESC.frame_word();
+    noop.arg_bytes = 0;
+    let cases = [
+        (
+            RelRpc::ADD.opcode,
+            v2.pack(),
+            Status::BadFrame,
+            "frame version 2 (expected 1)",
+        ),
+        (RelRpc::ADD.opcode, reserved, Status::BadFrame, "reserved bits set"),
+        (RelRpc::ADD.opcode, shape.pack(), Status::SignatureMismatch, "Rel::add"),
+        (
+            gpu_rpc::protocol::opcodes::NOOP,
+            noop.pack(),
+            Status::SignatureMismatch,
+            "gpu_rpc::noop",
+        ),
+    ];
+    watchdog("malformed frames", 60, move || {
+        run(&one_thread(1), &d2, |client, _| {
+            for (opcode, word, status, _) in cases {
+                let mut got = 0u64;
+                let port = client.open(opcode).send(|b| b.data[0] = word).recv(|b| got = b.data[0]);
+                port.close();
+                assert_eq!(Status::from_u32(got as u32), status, "{word:#x}");
+            }
+            assert_eq!(client.noop(41).unwrap(), 42);
+            assert_eq!(RelClient::new(client).add(40, 2), 42);
+        })
+        .unwrap()
+    });
+    let errors = d.errors();
+    assert_eq!(errors.len(), cases.len(), "{errors:?}");
+    for (e, (opcode, _, status, text)) in errors.iter().zip(cases) {
+        assert_whole_call(e, status, opcode, 0x1);
+        assert_has(&e.message, &[text]);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A misbehaving device, writing the region directly.
+
+/// Raw access to a region: what a device with a bug could write.
+struct Device<'r> {
+    base: *mut u8,
+    layout: Layout,
+    _region: std::marker::PhantomData<&'r Region>,
+}
+
+impl<'r> Device<'r> {
+    fn new(region: &'r Region) -> Self {
+        Device {
+            // SAFETY: no client runs while the test writes the region; the
+            // server validates what it reads.
+            base: unsafe { region.raw() },
+            layout: region.layout(),
+            _region: std::marker::PhantomData,
+        }
+    }
+
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        assert!(off + 4 <= self.layout.allocation_size() && off % 4 == 0);
+        // SAFETY: in bounds and aligned (checked above); the region's words
+        // are only accessed atomically.
+        unsafe { &*(self.base.add(off) as *const AtomicU32) }
+    }
+
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        assert!(off + 8 <= self.layout.allocation_size() && off % 8 == 0);
+        // SAFETY: as in `u32_at`.
+        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+    }
+
+    fn client_outbox(&self, port: u32) -> &AtomicU32 {
+        self.u32_at(self.layout.client_outbox_offset() + 4 * port as usize)
+    }
+
+    fn server_outbox(&self, port: u32) -> &AtomicU32 {
+        self.u32_at(self.layout.server_outbox_offset() + 4 * port as usize)
+    }
+
+    /// Word `w` of lane `lane`'s buffer: a port's packet is `lane_size` × 64
+    /// bytes, word-major (`[word][lane]`).
+    fn word_offset(&self, port: u32, lane: u32, w: usize) -> usize {
+        let lanes = self.layout.lane_size() as usize;
+        self.layout.packet_offset() + port as usize * lanes * BUFFER_BYTES + 8 * (w * lanes + lane as usize)
+    }
+
+    /// Write a header and lane buffers and hand the port to the server,
+    /// without holding the client lock.
+    fn inject(&self, port: u32, opcode: u32, mask: u64, packets: &[(u32, Buffer)]) {
+        let h = self.layout.header_offset() + 64 * port as usize;
+        // Relaxed: published by the release fence below.
+        self.u32_at(h).store(opcode, Ordering::Relaxed);
+        self.u64_at(h + 8).store(mask, Ordering::Relaxed);
+        for (lane, b) in packets {
+            for (w, v) in b.data.iter().enumerate() {
+                // Relaxed: published by the release fence below.
+                self.u64_at(self.word_offset(port, *lane, w))
+                    .store(*v, Ordering::Relaxed);
+            }
+        }
+        // Relaxed: the device is the only writer of its outbox.
+        let c = self.client_outbox(port).load(Ordering::Relaxed);
+        // Release: the header and packet become visible before the flip.
+        fence(Ordering::Release);
+        // Relaxed: ordered by the fence above.
+        self.client_outbox(port).store(c ^ 1, Ordering::Relaxed);
+    }
+
+    /// The first word (status) of lane `lane`'s buffer, once the server has
+    /// handed the port back.
+    fn status(&self, port: u32, lane: u32) -> Status {
+        // Relaxed: the acquire fence below orders the read after the flip.
+        assert_eq!(
+            self.client_outbox(port).load(Ordering::Relaxed),
+            self.server_outbox(port).load(Ordering::Relaxed),
+            "the server did not hand port {port} back"
+        );
+        // Acquire: the server's packet writes are visible.
+        fence(Ordering::Acquire);
+        // Relaxed: ordered by the fence above.
+        Status::from_u32(self.u64_at(self.word_offset(port, lane, 0)).load(Ordering::Relaxed) as u32)
+    }
+}
+
+fn frame(word: u64, block: &[u8]) -> Buffer {
+    let mut b = Buffer::default();
+    b.data[0] = word;
+    b.bytes_mut()[8..8 + block.len()].copy_from_slice(block);
+    b
+}
+
+/// Serve whatever is pending once, with an abort flag already raised so that
+/// a call waiting for more packets gives up at once instead of hanging.
+fn serve_once(d: &Dispatcher, region: &Region) -> Result<usize, gpu_rpc::protocol::Abandoned> {
+    let abort = AtomicBool::new(true);
+    let server = region.server().with_abort(&abort);
+    d.poll(&server, 0..region.layout().port_count())
+}
+
+/// Garbage in the shared region of a GPU-shaped layout (4 lanes): empty and
+/// out-of-layout lane masks, lanes that disagree on the frame word, garbage
+/// frames and unknown opcodes written for ports no client holds. Each is one
+/// logged error naming opcode, port and lanes; the lanes that exist get the
+/// error status; the port ends idle; then real clients use the same region.
+#[test]
+fn garbage_in_the_region_is_refused_and_the_region_stays_usable() {
+    let (d, host) = dispatcher();
+    let layout = Layout::new(8, 4).unwrap();
+    let region = Region::new(layout);
+    let dev = Device::new(&region);
+    let add = RelRpc::ADD.frame_word().pack();
+    let sum = RelRpc::SUM.frame_word().pack();
+    let args = [1u64.to_le_bytes(), 2u64.to_le_bytes()].concat();
+    let mut wrong_version = RelRpc::ADD.frame_word();
+    wrong_version.version = 0x7f;
+    let unknown_async = FrameWord {
+        version: FRAME_VERSION,
+        reply: false,
+        in_streams: 0,
+        out_streams: 0,
+        arg_bytes: 4,
+        signature: 0x1234,
+    }
+    .pack();
+    let unknown_reply = FrameWord {
+        reply: true,
+        ..FrameWord::unpack(unknown_async)
+    }
+    .pack();
+    // (port, opcode, mask, packets, status, lanes answered, message)
+    type Injection = (u32, u32, u64, Vec<(u32, Buffer)>, Status, u64, &'static str);
+    let cases: Vec<Injection> = vec![
+        (
+            1,
+            RelRpc::ADD.opcode,
+            0,
+            vec![(0, frame(add, &args))],
+            Status::InvalidLaneMask,
+            0,
+            "empty lane mask",
+        ),
+        (
+            2,
+            RelRpc::ADD.opcode,
+            0b1_0001,
+            vec![(0, frame(add, &args))],
+            Status::InvalidLaneMask,
+            0b1,
+            "names lanes the layout lacks (0x10)",
+        ),
+        (
+            3,
+            RelRpc::ADD.opcode,
+            u64::MAX,
+            vec![],
+            Status::InvalidLaneMask,
+            0b1111,
+            "lane mask 0xffffffffffffffff",
+        ),
+        (
+            4,
+            RelRpc::ADD.opcode,
+            0b11,
+            vec![(0, frame(add, &args)), (1, frame(sum, &[0; 8]))],
+            Status::BadFrame,
+            0b11,
+            "lanes disagree on the frame word",
+        ),
+        (
+            5,
+            RelRpc::ADD.opcode,
+            0b1,
+            vec![(0, frame(wrong_version.pack(), &args))],
+            Status::BadFrame,
+            0b1,
+            "frame version 127",
+        ),
+        (
+            6,
+            0xdead_beef,
+            0b101,
+            vec![(0, frame(unknown_reply, &[1; 4])), (2, frame(unknown_reply, &[2; 4]))],
+            Status::UnknownOpcode,
+            0b101,
+            "unknown opcode",
+        ),
+        (
+            7,
+            0xdead_beef,
+            0b1,
+            vec![(0, frame(unknown_async, &[]))],
+            Status::UnknownOpcode,
+            0,
+            "unknown opcode",
+        ),
+    ];
+    for (port, opcode, mask, packets, status, answered, text) in &cases {
+        dev.inject(*port, *opcode, *mask, packets);
+        assert_eq!(serve_once(&d, &region), Ok(1), "port {port}");
+        for lane in gpu_rpc::server::iter_lanes(*answered) {
+            assert_eq!(dev.status(*port, lane), *status, "port {port} lane {lane}");
+        }
+        assert!(region.is_quiescent(), "port {port} was not left idle");
+        let errors = d.errors();
+        let e = errors.last().unwrap();
+        assert_eq!(
+            (e.opcode, e.port, e.status, e.lane),
+            (*opcode, *port, *status, None),
+            "{e}"
+        );
+        assert_has(
+            &e.to_string(),
+            &[
+                text,
+                &hex(*opcode),
+                &format!("port {port}"),
+                &format!("lanes {:#x}", mask & 0b1111),
+            ],
+        );
+    }
+    assert_eq!(d.error_count(), cases.len() as u64);
+
+    // Real clients on the same region.
+    let launch = Launch {
+        threads: 4,
+        server_threads: 2,
+        port_count: 8,
+        lane_size: 4,
+    };
+    let report = watchdog("clients after garbage", 60, move || {
+        run_on(&region, &launch, &d, |client, t| {
+            let rel = RelClient::new(client);
+            for i in 0..20 {
+                assert_eq!(rel.add(t.id as u64, i), t.id as u64 + i);
+            }
+        })
+        .map(|r| (r, region.is_quiescent()))
+        .unwrap()
+    });
+    assert_eq!(report.0.calls, 80);
+    assert_eq!(report.0.errors, 0);
+    assert!(report.1, "a port was left locked or pending");
+    assert_eq!(host.adds.load(Ordering::Relaxed), 80);
+}
+
+// ---------------------------------------------------------------------------
+// Faults in host code and in kernels.
+
+/// A host method that panics: caught, reported with the method name and
+/// panic message, the lane gets `HandlerPanicked`, the server goes on (with
+/// several server threads, from several client threads).
+#[test]
+fn handler_panic_is_caught_and_reported() {
+    let (d, _) = dispatcher();
+    let d2 = d.clone();
+    let report = watchdog("handler panic", 60, move || {
+        run(
+            &Launch {
+                threads: 3,
+                server_threads: 2,
+                port_count: 2,
+                lane_size: 1,
+            },
+            &d2,
+            |client, t| {
+                let rel = RelClient::new(client);
+                let e = rel.try_boom(&format!("thread {}", t.id)).unwrap_err();
+                assert_eq!(e.status, Status::HandlerPanicked);
+                assert_eq!(
+                    e.to_string(),
+                    format!(
+                        "gpu_rpc: call to Rel::boom (opcode {}) failed: the host implementation panicked",
+                        hex(RelRpc::BOOM.opcode)
+                    )
+                );
+                assert_eq!(rel.add(1, 2), 3);
+            },
+        )
+        .unwrap()
+    });
+    assert_eq!((report.calls, report.errors), (6, 3));
+    let mut messages: Vec<String> = d.errors().iter().map(|e| e.to_string()).collect();
+    messages.sort();
+    for (t, m) in messages.iter().enumerate() {
+        assert_has(
+            m,
+            &[&format!("Rel::boom panicked: boom: thread {t}"), "lane 0", "port "],
+        );
+    }
+    // The panicking form ends the client thread with the call's error.
+    let err = watchdog("handler panic (panicking form)", 60, move || {
+        run(&one_thread(1), &d, |client, _| {
+            RelClient::new(client).boom("again");
+        })
+        .unwrap_err()
+    });
+    assert_has(&err.message, &["Rel::boom", "the host implementation panicked"]);
+}
+
+/// A kernel thread that dies in the middle of a call (after its frame, before
+/// its stream): the server's wait ends with the kernel (the abort flag), the
+/// run returns the kernel's panic promptly, and the abandoned call is logged
+/// naming port, opcode and method.
+#[test]
+fn kernel_dying_mid_call_does_not_hang_the_server() {
+    let (d, _) = dispatcher();
+    let d2 = d.clone();
+    let start = Instant::now();
+    let err = watchdog("kernel dying mid-call", 30, move || {
+        run(&one_thread(1), &d2, |client, _| {
+            let block = 500u64.to_le_bytes();
+            // The port is never finished: `ClientCall` has no destructor, so
+            // unwinding leaves it held, as a trapping GPU thread would.
+            let _held = client.begin(RelRpc::SUM, &block);
+            panic!("kernel died mid-call");
+        })
+        .unwrap_err()
+    });
+    assert!(start.elapsed() < Duration::from_secs(20));
+    assert_eq!(err.message, "kernel died mid-call");
+    let errors = d.errors();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let e = &errors[0];
+    assert_eq!(
+        (e.status, e.lane, e.method, e.port),
+        (Status::Unknown, None, Some("Rel::sum"), 0)
+    );
+    assert_has(
+        &e.to_string(),
+        &[
+            "call abandoned on port 0",
+            &format!("{:#x}", RelRpc::SUM.opcode),
+            "lanes 0x1",
+        ],
+    );
+}
+
+/// A kernel thread that returns while holding a port (its call half sent):
+/// `run` returns an error naming the abandoned port and opcode.
+#[test]
+fn kernel_returning_mid_call_is_reported_as_abandoned() {
+    let (d, _) = dispatcher();
+    let err = watchdog("kernel returning mid-call", 30, move || {
+        run(&one_thread(4), &d, |client, _| {
+            let block = 100u64.to_le_bytes();
+            // Returns with the port held (the stream never sent).
+            let _held = client.begin(RelRpc::PRINT, &block);
+        })
+        .unwrap_err()
+    });
+    assert_eq!(err.thread, usize::MAX);
+    assert_has(
+        &err.message,
+        &["call abandoned on port", &format!("opcode {:#x}", RelRpc::PRINT.opcode)],
+    );
+}
