@@ -1004,12 +1004,7 @@ impl CudaRegion {
     /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
     /// ```
     pub fn is_quiescent(&self) -> Result<bool, CudaError> {
-        let clients_clear = self
-            .client_locks
-            .read()?
-            .iter()
-            .take(lock_words(self.layout.port_count()))
-            .all(|&w| w == 0);
+        let clients_clear = crate::protocol::client_locks_released(&self.client_locks.read()?);
         Ok(clients_clear && self.server().all_idle())
     }
 

@@ -103,7 +103,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::protocol::{lock_words, Abandoned, ClientDesc, Layout, Parts, Server, MAX_PORTS};
+use crate::protocol::{
+    client_local_words, client_locks_released, lock_words, Abandoned, ClientDesc, Layout, Parts, Server, MAX_PORTS,
+};
 use crate::server::Dispatcher;
 
 /// Lanes per packet on AMD GPUs: the wavefront size the device code is built
@@ -1215,7 +1217,7 @@ impl HsaRegion {
             ));
         }
         let words = lock_words(port_count);
-        let client_locks = DeviceWords::zeroed(device, words)?;
+        let client_locks = DeviceWords::zeroed(device, client_local_words(port_count))?;
         let desc = HsaBuffer::new(device, std::mem::size_of::<ClientDesc>())?;
         let region = HsaRegion {
             device: device.clone(),
@@ -1320,7 +1322,7 @@ impl HsaRegion {
     /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
     /// ```
     pub fn is_quiescent(&self) -> Result<bool, HsaError> {
-        let clients_clear = self.client_locks.read()?.iter().all(|&w| w == 0);
+        let clients_clear = client_locks_released(&self.client_locks.read()?);
         Ok(clients_clear && self.server().all_idle())
     }
 

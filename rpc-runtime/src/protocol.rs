@@ -305,20 +305,39 @@ pub const fn allocation_size(port_count: u32, lane_size: u32) -> usize {
     }
 }
 
-/// Side-local bit array of the client's outbox copies.
-const SHADOW_OUTBOX: usize = 1;
-/// Side-local bit array: the port was last closed after a receive, so it is
-/// idle (the client owns it) without reading the inbox.
-const KNOWN_IDLE: usize = 2;
+/// The client's device-local state is one nibble per port, eight ports to a
+/// `u32`: the lock bit, the copy of the client outbox, and "known idle" (the
+/// port was last closed after a receive, so the client owns it without
+/// reading the inbox). Keeping them in the lock's word means the lock's
+/// read-modify-write returns them too: opening a port is one device atomic.
+const LOCK_BIT: u32 = 1;
+/// See [`LOCK_BIT`].
+const SHADOW_OUTBOX: u32 = 2;
+/// See [`LOCK_BIT`].
+const KNOWN_IDLE: u32 = 4;
+/// Ports per client-local word.
+const CLIENT_PORTS_PER_WORD: u32 = 8;
 
-/// `u32` words of device-local state the client side needs for `port_count`
-/// ports: three bit arrays (locks, outbox copies, known-idle flags), zeroed.
+/// `u32` words of zeroed device-local state the client side needs for
+/// `port_count` ports (lock, outbox copy and idle flag per port).
 ///
 /// ```
-/// assert_eq!(rpc_runtime::protocol::client_local_words(33), 6);
+/// assert_eq!(rpc_runtime::protocol::client_local_words(33), 5);
 /// ```
 pub const fn client_local_words(port_count: u32) -> usize {
-    3 * lock_words(port_count)
+    port_count.div_ceil(CLIENT_PORTS_PER_WORD) as usize
+}
+
+/// Whether no port is locked in a copy of the client-local words (the other
+/// per-port state may be set): what a backend checks after a run.
+///
+/// ```
+/// use rpc_runtime::protocol::client_locks_released;
+/// assert!(client_locks_released(&[0x6666_6666]));
+/// assert!(!client_locks_released(&[0x0000_0010]));
+/// ```
+pub fn client_locks_released(words: &[u32]) -> bool {
+    words.iter().all(|&w| w & 0x1111_1111 == 0)
 }
 
 /// `u32` words of side-local lock bits for `port_count` ports.
@@ -496,49 +515,35 @@ impl<'a, S: Side> Process<'a, S> {
         }
     }
 
-    /// Word of side-local bit array `array` (0: locks; on the client also
-    /// 1: outbox shadow, 2: known idle) holding port `index`'s bit.
+    /// The side-local word holding port `index`'s lock (and, on the client,
+    /// its other state), and the shift of the port's bits in it.
     #[inline(always)]
-    fn local_word(&self, array: usize, index: u32) -> &AtomicU32 {
-        // SAFETY: the client's local array has `client_local_words(port_count)`
-        // words (three bit arrays), the server's one bit array; callers pass
-        // `array == 0` on the server.
-        unsafe {
-            &*self
-                .locks
-                .add(array * lock_words(self.layout.port_count) + index as usize / 32)
-        }
+    fn local_slot(&self, index: u32) -> (&AtomicU32, u32) {
+        let (word, shift) = if S::INVERT {
+            (index / 32, index % 32)
+        } else {
+            (index / CLIENT_PORTS_PER_WORD, 4 * (index % CLIENT_PORTS_PER_WORD))
+        };
+        // SAFETY: the server's array has `lock_words(port_count)` words (one
+        // bit per port), the client's `client_local_words(port_count)` (one
+        // nibble per port); `word` is below either for `index < port_count`.
+        (unsafe { &*self.locks.add(word as usize) }, shift)
     }
 
-    /// Read bit `index` of side-local array `array`. Only the holder of the
-    /// port's lock reads or writes its bits.
+    /// Set the client state bits `bits` (`SHADOW_OUTBOX`, `KNOWN_IDLE`) of
+    /// port `index` to `v` (first lane only; the lock holder only).
     #[inline(always)]
-    fn local_bit(&self, mask: u64, array: usize, index: u32) -> bool {
-        // Relaxed: the port lock (acquired with a fence) orders this read after
-        // the previous holder's write.
-        let w = lanes::broadcast(mask, self.local_word(array, index).load(Ordering::Relaxed));
-        w & (1 << (index % 32)) != 0
-    }
-
-    /// Set bit `index` of side-local array `array` to `v` (first lane only).
-    #[inline(always)]
-    fn set_local_bit(&self, mask: u64, array: usize, index: u32, v: bool) {
+    fn set_local_bits(&self, mask: u64, bits: u32, index: u32, v: bool) {
         if lanes::is_first_lane(mask) {
-            let bit = 1u32 << (index % 32);
+            let (word, shift) = self.local_slot(index);
             // Relaxed RMW: atomic so that neighbouring ports' bits in the same
             // word survive; ordered for the next holder by the lock's fences.
             if v {
-                self.local_word(array, index).fetch_or(bit, Ordering::Relaxed);
+                word.fetch_or(bits << shift, Ordering::Relaxed);
             } else {
-                self.local_word(array, index).fetch_and(!bit, Ordering::Relaxed);
+                word.fetch_and(!(bits << shift), Ordering::Relaxed);
             }
         }
-    }
-
-    #[inline(always)]
-    fn lock_word(&self, index: u32) -> &AtomicU32 {
-        // SAFETY: `index / 32 < lock_words(port_count)`.
-        unsafe { &*self.locks.add(index as usize / 32) }
     }
 
     /// The other side's mailbox, the same value on every lane of `mask`.
@@ -579,7 +584,7 @@ impl<'a, S: Side> Process<'a, S> {
         if !S::INVERT {
             // Keep the device-local copy of the client outbox in step, so
             // opening a port never reads the outbox back over the bus.
-            self.set_local_bit(mask, SHADOW_OUTBOX, index, flipped == 1);
+            self.set_local_bits(mask, SHADOW_OUTBOX, index, flipped == 1);
         }
         flipped
     }
@@ -606,26 +611,30 @@ impl<'a, S: Side> Process<'a, S> {
         Ok(())
     }
 
-    /// Try to take the side-local lock of `index` for the warp `mask`.
+    /// Try to take the side-local lock of `index` for the warp `mask`; on
+    /// success returns the port's side-local state bits (on the client:
+    /// `SHADOW_OUTBOX`, `KNOWN_IDLE`) as they were when the lock was taken.
     #[inline(always)]
-    fn try_lock(&self, mask: u64, index: u32) -> bool {
-        let bit = 1u32 << (index % 32);
+    fn try_lock(&self, mask: u64, index: u32) -> Option<u32> {
+        let (word, shift) = self.local_slot(index);
         let mut before = 0;
         if lanes::is_first_lane(mask) {
             // Relaxed RMW: only its atomicity matters here (one winner); the
             // ordering comes from the acquire fence below (NVPTX drops orderings
             // on RMWs anyway, see GPU-TOOLCHAIN.md). The lock is side-local, so
             // this RMW never touches shared memory.
-            before = self.lock_word(index).fetch_or(bit, Ordering::Relaxed);
+            before = word.fetch_or(LOCK_BIT << shift, Ordering::Relaxed);
         }
-        let before = lanes::broadcast(mask, before);
-        let acquired = before & bit == 0;
-        if acquired {
-            // Acquire: synchronizes with the release fence in `unlock`, so the
-            // previous holder's mailbox and packet accesses happen before ours.
-            local_fence(Ordering::Acquire);
+        let state = lanes::broadcast(mask, before) >> shift;
+        if state & LOCK_BIT != 0 {
+            return None;
         }
-        acquired
+        // Acquire: synchronizes with the release fence in `unlock`, so the
+        // previous holder's mailbox and packet accesses (and its writes of
+        // the state bits read above, which only lock holders make) happen
+        // before ours.
+        local_fence(Ordering::Acquire);
+        Some(state)
     }
 
     /// Release the side-local lock of `index`.
@@ -637,8 +646,8 @@ impl<'a, S: Side> Process<'a, S> {
             // the next holder's acquire fence in `try_lock`.
             local_fence(Ordering::Release);
             // Relaxed RMW: ordered by the fence above.
-            self.lock_word(index)
-                .fetch_and(!(1u32 << (index % 32)), Ordering::Relaxed);
+            let (word, shift) = self.local_slot(index);
+            word.fetch_and(!(LOCK_BIT << shift), Ordering::Relaxed);
         }
     }
 
@@ -800,12 +809,12 @@ impl<'a> Client<'a> {
         let mut backoff = Backoff::new();
         loop {
             let mask = lanes::lane_mask();
-            if self.p.try_lock(mask, index) {
+            if let Some(state) = self.p.try_lock(mask, index) {
                 // The outbox from its device-local copy; the inbox only when
                 // the last holder did not leave the port known idle (a
                 // synchronous call ends with the client owning the port).
-                let outbox = self.p.local_bit(mask, SHADOW_OUTBOX, index) as u32;
-                let idle = self.p.local_bit(mask, KNOWN_IDLE, index);
+                let outbox = (state & SHADOW_OUTBOX != 0) as u32;
+                let idle = state & KNOWN_IDLE != 0;
                 let inbox = if idle { outbox } else { self.p.load_inbox(mask, index) };
                 if !Process::<ClientSide>::buffer_unavailable(inbox, outbox) {
                     if !idle {
@@ -886,7 +895,7 @@ impl<'a> Server<'a> {
     pub fn try_open(&self, range: core::ops::Range<u32>) -> Option<Port<'_, 'a, ServerSide, Fresh>> {
         let end = range.end.min(self.p.layout.port_count);
         for index in range.start..end {
-            if !self.pending(index) || !self.p.try_lock(1, index) {
+            if !self.pending(index) || self.p.try_lock(1, index).is_none() {
                 continue;
             }
             let outbox = self.p.load_outbox(1, index);
@@ -911,21 +920,24 @@ impl<'a> Server<'a> {
     pub fn all_idle(&self) -> bool {
         (0..self.p.layout.port_count).all(|i| {
             // Relaxed: a quiescent check after all threads joined.
-            let locked = self.p.lock_word(i).load(Ordering::Relaxed) & (1 << (i % 32)) != 0;
+            let (word, shift) = self.p.local_slot(i);
+            let locked = word.load(Ordering::Relaxed) & (1 << shift) != 0;
             !locked && !self.pending(i)
         })
     }
 }
 
-/// Test support: whether every client lock bit in `locks` is clear.
+/// Test support: whether no port is locked in the client-local words at
+/// `locks` (see [`client_locks_released`]).
 ///
 /// # Safety
-/// `locks` must point to `lock_words(port_count)` live words.
+/// `locks` must point to `client_local_words(port_count)` live words.
 pub unsafe fn client_locks_clear(locks: *const AtomicU32, port_count: u32) -> bool {
-    (0..lock_words(port_count)).all(|w| {
-        // SAFETY: `w < lock_words(port_count)`.
+    (0..client_local_words(port_count)).all(|w| {
+        // SAFETY: `w < client_local_words(port_count)`.
         // Relaxed: a quiescent check after all threads joined.
-        unsafe { (*locks.add(w)).load(Ordering::Relaxed) == 0 }
+        let v = unsafe { (*locks.add(w)).load(Ordering::Relaxed) };
+        client_locks_released(&[v])
     })
 }
 
@@ -1053,7 +1065,7 @@ impl<'p, 'a, S: Side, St: State> Port<'p, 'a, S, St> {
             // send (fire-and-forget) the server still has to answer. A port
             // closed fresh keeps what its opener found.
             self.p
-                .set_local_bit(self.lane_mask, KNOWN_IDLE, self.index, St::RECEIVED);
+                .set_local_bits(self.lane_mask, KNOWN_IDLE, self.index, St::RECEIVED);
         }
         self.p.unlock(self.lane_mask, self.index);
     }

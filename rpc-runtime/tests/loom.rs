@@ -9,7 +9,7 @@
 
 use loom::sync::atomic::AtomicU32;
 use loom::sync::Arc;
-use rpc_runtime::protocol::{Client, Layout, Parts, Server, SharedBuffer, SharedHeader};
+use rpc_runtime::protocol::{client_local_words, Client, Layout, Parts, Server, SharedBuffer, SharedHeader};
 
 struct Mem {
     client_out: Vec<AtomicU32>,
@@ -29,7 +29,7 @@ impl Mem {
             server_out: (0..n).map(|_| AtomicU32::new(0)).collect(),
             headers: (0..n).map(|_| SharedHeader::new()).collect(),
             packets: (0..n).map(|_| SharedBuffer::new()).collect(),
-            client_locks: (0..3).map(|_| AtomicU32::new(0)).collect(),
+            client_locks: (0..client_local_words(ports)).map(|_| AtomicU32::new(0)).collect(),
             server_locks: vec![AtomicU32::new(0)],
             layout: Layout::new(ports, 1).unwrap(),
         })
