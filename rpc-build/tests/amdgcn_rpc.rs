@@ -177,9 +177,11 @@ fn check(scope: &Scope) {
         assert_eq!(f[acq + k], *inv, "acquire sequence:\n{dump}");
     }
     let mailbox = find(&sys_load, acq).unwrap_or_else(|| panic!("no system-scope mailbox load:\n{dump}"));
+    // The inbox is read after the lock (unless the port is known idle, a
+    // branch on the state bits the lock's atomic returned).
     assert!(
-        mailbox - acq <= 4,
-        "mailbox loads not right after the lock's acquire:\n{dump}"
+        mailbox - acq <= 40,
+        "mailbox loads not shortly after the lock's acquire:\n{dump}"
     );
     assert!(
         f[mailbox + 1..].iter().take(8).any(|i| i.starts_with("v_readlane_b32")),

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::lanes::Halt;
 use crate::protocol::{self, client_local_words, lock_words, Client, Layout, Parts, Server};
-use crate::server::Dispatcher;
+use crate::server::{serve_pool, Dispatcher, Served};
 
 /// A shared region and the two sides' lock arrays, in host memory.
 pub struct Region {
@@ -192,85 +192,167 @@ pub fn run_on<F>(region: &Region, launch: &Launch, dispatcher: &Dispatcher, kern
 where
     F: Fn(&Client<'_>, ThreadIdx) + Sync,
 {
+    let device = Device {
+        region,
+        threads: launch.threads,
+        dispatcher,
+    };
+    run_devices(std::slice::from_ref(&device), launch.server_threads, |_, client, t| {
+        kernel(client, t)
+    })
+    .pop()
+    .expect("one device")
+}
+
+/// One simulated device of [`run_devices`]: its region, its client threads
+/// and the dispatcher that serves it (give each device its own dispatcher to
+/// keep its calls, errors and services apart).
+pub struct Device<'r> {
+    /// The device's shared region.
+    pub region: &'r Region,
+    /// Client threads (one-lane warps) running the kernel on this device.
+    pub threads: usize,
+    /// Serves this device's calls and keeps its error log.
+    pub dispatcher: &'r Dispatcher,
+}
+
+/// Run `kernel(device, client, thread)` on several simulated devices at once,
+/// all served by one pool of `server_threads` host threads (as one host
+/// process serves several GPUs). Each device ends on its own: a device whose
+/// client panics or abandons a call reports that error, the others keep being
+/// served. Returns one result per device, in order; `elapsed` is the whole
+/// run's.
+///
+/// ```
+/// use rpc_runtime::cpu::{run_devices, Device, Region};
+/// use rpc_runtime::protocol::Layout;
+/// use rpc_runtime::server::{Dispatcher, ServerConfig};
+/// let regions = [Region::new(Layout::new(4, 1).unwrap()), Region::new(Layout::new(2, 32).unwrap())];
+/// let ds = [Dispatcher::new(ServerConfig::default()), Dispatcher::new(ServerConfig::default())];
+/// let devices: Vec<Device> = regions.iter().zip(&ds).map(|(region, dispatcher)| Device { region, threads: 3, dispatcher }).collect();
+/// let results = run_devices(&devices, 2, |dev, client, _t| {
+///     assert_eq!(client.noop(dev as u64).unwrap(), dev as u64 + 1);
+/// });
+/// assert!(results.iter().all(|r| r.as_ref().unwrap().calls == 3));
+/// ```
+pub fn run_devices<F>(devices: &[Device<'_>], server_threads: usize, kernel: F) -> Vec<Result<Report, LanePanic>>
+where
+    F: Fn(usize, &Client<'_>, ThreadIdx) + Sync,
+{
     let start = Instant::now();
-    let calls_before = dispatcher.calls();
-    let errors_before = dispatcher.error_count();
-    let done = AtomicBool::new(false);
-    let halted = AtomicUsize::new(0);
-    let server_threads = launch.server_threads.max(1) as u32;
+    let before: Vec<(u64, u64)> = devices
+        .iter()
+        .map(|d| (d.dispatcher.calls(), d.dispatcher.error_count()))
+        .collect();
+    let done: Vec<AtomicBool> = devices.iter().map(|_| AtomicBool::new(false)).collect();
+    let halted: Vec<AtomicUsize> = devices.iter().map(|_| AtomicUsize::new(0)).collect();
+    let server_threads = server_threads.max(1) as u32;
     // Spin between polls only when every thread can have a core; on an
     // oversubscribed machine a spinning server steals the clients' time.
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let idle_spins = if launch.threads + server_threads as usize <= cores {
+    let threads: usize = devices.iter().map(|d| d.threads).sum();
+    let idle_spins = if threads + server_threads as usize <= cores {
         4096
     } else {
         0
     };
-    let mut panics = Vec::new();
-    let mut abandoned = None;
+    let mut panics: Vec<Option<LanePanic>> = devices.iter().map(|_| None).collect();
+    let mut abandoned: Vec<Option<protocol::Abandoned>> = devices.iter().map(|_| None).collect();
     std::thread::scope(|s| {
         let servers: Vec<_> = (0..server_threads)
             .map(|t| {
                 let done = &done;
                 s.spawn(move || {
-                    let server = region.server().with_abort(done);
-                    dispatcher.serve_until(&server, t, server_threads, done, idle_spins)
+                    let servers: Vec<Server<'_>> = devices
+                        .iter()
+                        .zip(done)
+                        .map(|(d, f)| d.region.server().with_abort(f))
+                        .collect();
+                    let pool: Vec<Served<'_, '_>> = servers
+                        .iter()
+                        .zip(devices)
+                        .zip(done)
+                        .map(|((server, d), done)| Served {
+                            server,
+                            dispatcher: d.dispatcher,
+                            done,
+                        })
+                        .collect();
+                    serve_pool(&pool, t, server_threads, idle_spins)
                 })
             })
             .collect();
-        let clients: Vec<_> = (0..launch.threads)
-            .map(|id| {
-                let kernel = &kernel;
-                let halted = &halted;
-                let count = launch.threads;
-                s.spawn(move || {
-                    let client = region.client();
-                    match catch_unwind(AssertUnwindSafe(|| kernel(&client, ThreadIdx { id, count }))) {
-                        Ok(()) => Ok(()),
-                        Err(p) if p.is::<Halt>() => {
-                            // Relaxed: a statistic read after join.
-                            halted.fetch_add(1, Ordering::Relaxed);
-                            Ok(())
-                        }
-                        Err(p) => Err(LanePanic {
-                            thread: id,
-                            message: p
-                                .downcast_ref::<&str>()
-                                .map(|s| s.to_string())
-                                .or_else(|| p.downcast_ref::<String>().cloned())
-                                .unwrap_or_default(),
-                        }),
-                    }
-                })
+        let clients: Vec<Vec<_>> = devices
+            .iter()
+            .enumerate()
+            .map(|(dev, d)| {
+                (0..d.threads)
+                    .map(|id| {
+                        let kernel = &kernel;
+                        let halted = &halted[dev];
+                        let count = d.threads;
+                        let region = d.region;
+                        s.spawn(move || {
+                            let client = region.client();
+                            match catch_unwind(AssertUnwindSafe(|| kernel(dev, &client, ThreadIdx { id, count }))) {
+                                Ok(()) => Ok(()),
+                                Err(p) if p.is::<Halt>() => {
+                                    // Relaxed: a statistic read after join.
+                                    halted.fetch_add(1, Ordering::Relaxed);
+                                    Ok(())
+                                }
+                                Err(p) => Err(LanePanic {
+                                    thread: id,
+                                    message: p
+                                        .downcast_ref::<&str>()
+                                        .map(|s| s.to_string())
+                                        .or_else(|| p.downcast_ref::<String>().cloned())
+                                        .unwrap_or_default(),
+                                }),
+                            }
+                        })
+                    })
+                    .collect()
             })
             .collect();
-        for c in clients {
-            if let Err(p) = c.join().expect("client thread") {
-                panics.push(p);
+        for (dev, handles) in clients.into_iter().enumerate() {
+            for c in handles {
+                if let Err(p) = c.join().expect("client thread") {
+                    panics[dev].get_or_insert(p);
+                }
             }
+            // Release: pairs with the servers' acquire load of `done`.
+            done[dev].store(true, Ordering::Release);
         }
-        // Release: pairs with the servers' acquire load of `done`.
-        done.store(true, Ordering::Release);
         for sv in servers {
-            if let Err(a) = sv.join().expect("server thread") {
-                abandoned = Some(a);
+            for (dev, r) in sv.join().expect("server thread").into_iter().enumerate() {
+                if let Err(a) = r {
+                    abandoned[dev].get_or_insert(a);
+                }
             }
         }
     });
-    if let Some(p) = panics.into_iter().next() {
-        return Err(p);
-    }
-    if let Some(a) = abandoned {
-        return Err(LanePanic {
-            thread: usize::MAX,
-            message: a.to_string(),
-        });
-    }
-    Ok(Report {
-        calls: dispatcher.calls() - calls_before,
-        errors: dispatcher.error_count() - errors_before,
-        elapsed: start.elapsed(),
-        // Relaxed: all threads joined.
-        halted: halted.load(Ordering::Relaxed),
-    })
+    let elapsed = start.elapsed();
+    devices
+        .iter()
+        .enumerate()
+        .map(|(dev, d)| {
+            if let Some(p) = panics[dev].take() {
+                return Err(p);
+            }
+            if let Some(a) = abandoned[dev] {
+                return Err(LanePanic {
+                    thread: usize::MAX,
+                    message: a.to_string(),
+                });
+            }
+            Ok(Report {
+                calls: d.dispatcher.calls() - before[dev].0,
+                errors: d.dispatcher.error_count() - before[dev].1,
+                elapsed,
+                // Relaxed: all threads joined.
+                halted: halted[dev].load(Ordering::Relaxed),
+            })
+        })
+        .collect()
 }

@@ -51,12 +51,14 @@ use std::fmt;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{result, sys, CudaContext, DriverError};
 
+use crate::launch::StopOnDrop;
+pub use crate::launch::{KernelArg, Report};
 use crate::protocol::{client_local_words, lock_words, Abandoned, ClientDesc, Layout, Parts, Server, MAX_PORTS};
 use crate::server::Dispatcher;
 
@@ -836,7 +838,12 @@ impl DeviceBuffer {
 /// default, 1 KiB, is too small for device-side `core::fmt` formatting
 /// (`gpu_println!` with `{:?}` needs about 1.5 KiB, the panic handler about
 /// 2 KiB); past it a kernel dies with an illegal address and reports nothing.
-pub const MIN_STACK_BYTES: usize = 4096;
+///
+/// Larger stacks cost local memory for every resident thread and can make
+/// large blocks fail to launch (`CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`, seen
+/// with 512-thread blocks at 4 KiB); raise it with
+/// [`CudaDevice::ensure_stack_size`] when a kernel needs more.
+pub const MIN_STACK_BYTES: usize = 2048;
 
 impl CudaDevice {
     /// Raise the per-thread stack size to at least `bytes` (never lowers it).
@@ -1431,58 +1438,6 @@ impl Kernel<'_> {
 // Launching
 // ---------------------------------------------------------------------------
 
-/// An extra kernel argument, after the [`ClientDesc`].
-///
-/// ```
-/// use rpc_runtime::cuda::KernelArg;
-/// assert_eq!(KernelArg::U32(7).size(), 4);
-/// assert_eq!(KernelArg::Ptr(0x1000).size(), 8);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum KernelArg {
-    /// A `u32` (`.param .u32`).
-    U32(u32),
-    /// An `i32` (`.param .s32`).
-    I32(i32),
-    /// An `f32` (`.param .f32`).
-    F32(f32),
-    /// A `u64` (`.param .u64`).
-    U64(u64),
-    /// An `i64` (`.param .s64`).
-    I64(i64),
-    /// An `f64` (`.param .f64`).
-    F64(f64),
-    /// A device address (`.param .u64`), e.g. [`PinnedBuffer::device_ptr`].
-    Ptr(u64),
-}
-
-impl KernelArg {
-    /// Size in bytes of the parameter.
-    ///
-    /// ```
-    /// assert_eq!(rpc_runtime::cuda::KernelArg::F64(1.0).size(), 8);
-    /// ```
-    pub fn size(&self) -> usize {
-        match self {
-            KernelArg::U32(_) | KernelArg::I32(_) | KernelArg::F32(_) => 4,
-            KernelArg::U64(_) | KernelArg::I64(_) | KernelArg::F64(_) | KernelArg::Ptr(_) => 8,
-        }
-    }
-
-    /// The value's bits in the low bytes of a `u64` (little-endian, so a
-    /// pointer to the `u64` is a pointer to a 4-byte value too).
-    fn bits(&self) -> u64 {
-        match *self {
-            KernelArg::U32(v) => v as u64,
-            KernelArg::I32(v) => v as u32 as u64,
-            KernelArg::F32(v) => v.to_bits() as u64,
-            KernelArg::U64(v) | KernelArg::Ptr(v) => v,
-            KernelArg::I64(v) => v as u64,
-            KernelArg::F64(v) => v.to_bits(),
-        }
-    }
-}
-
 /// How to launch a kernel and serve it.
 ///
 /// ```
@@ -1545,22 +1500,6 @@ impl Launch {
     }
 }
 
-/// What a launch did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Report {
-    /// Calls served (each warp-call counts once).
-    pub calls: u64,
-    /// Errors the server recorded.
-    pub errors: u64,
-    /// Wall time from before the launch until the last call was served.
-    pub elapsed: Duration,
-    /// GPU time of the kernel (CUDA events around the launch), when the
-    /// driver reported it.
-    pub kernel_time: Option<Duration>,
-    /// Ports of the region.
-    pub port_count: u32,
-}
-
 /// A non-blocking stream, destroyed on drop.
 struct Stream<'d> {
     device: &'d CudaDevice,
@@ -1615,17 +1554,6 @@ impl Drop for Event<'_> {
         let raw = self.raw;
         // SAFETY: created in `new`, destroyed once.
         let _ = raw_guard("destroying an event", || unsafe { result::event::destroy(raw) });
-    }
-}
-
-/// Sets the flag when dropped, so server threads stop even if the launching
-/// thread unwinds.
-struct StopOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for StopOnDrop<'_> {
-    fn drop(&mut self) {
-        // Release: pairs with the servers' acquire load (see `serve`).
-        self.0.store(true, Ordering::Release);
     }
 }
 

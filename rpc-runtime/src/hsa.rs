@@ -101,8 +101,10 @@ use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use crate::launch::StopOnDrop;
+pub use crate::launch::{KernelArg, Report};
 use crate::protocol::{
     client_local_words, client_locks_released, lock_words, Abandoned, ClientDesc, Layout, Parts, Server, MAX_PORTS,
 };
@@ -1974,58 +1976,6 @@ pub mod aql {
     }
 }
 
-/// An extra kernel argument, after the descriptor pointer. Placed at its
-/// natural alignment (4 or 8 bytes), as the AMDGPU kernel ABI lays out
-/// scalar parameters.
-///
-/// ```
-/// use rpc_runtime::hsa::KernelArg;
-/// assert_eq!(KernelArg::U32(7).size(), 4);
-/// assert_eq!(KernelArg::Ptr(0x1000).size(), 8);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum KernelArg {
-    /// A `u32`.
-    U32(u32),
-    /// An `i32`.
-    I32(i32),
-    /// An `f32`.
-    F32(f32),
-    /// A `u64`.
-    U64(u64),
-    /// An `i64`.
-    I64(i64),
-    /// An `f64`.
-    F64(f64),
-    /// A GPU address, e.g. [`HsaBuffer::device_ptr`].
-    Ptr(u64),
-}
-
-impl KernelArg {
-    /// Size (and alignment) in bytes.
-    ///
-    /// ```
-    /// assert_eq!(rpc_runtime::hsa::KernelArg::F64(1.0).size(), 8);
-    /// ```
-    pub fn size(&self) -> usize {
-        match self {
-            KernelArg::U32(_) | KernelArg::I32(_) | KernelArg::F32(_) => 4,
-            KernelArg::U64(_) | KernelArg::I64(_) | KernelArg::F64(_) | KernelArg::Ptr(_) => 8,
-        }
-    }
-
-    fn bits(&self) -> u64 {
-        match *self {
-            KernelArg::U32(v) => v as u64,
-            KernelArg::I32(v) => v as u32 as u64,
-            KernelArg::F32(v) => v.to_bits() as u64,
-            KernelArg::U64(v) | KernelArg::Ptr(v) => v,
-            KernelArg::I64(v) => v as u64,
-            KernelArg::F64(v) => v.to_bits(),
-        }
-    }
-}
-
 /// Byte offsets of the code object v5 hidden arguments, relative to their
 /// start (the explicit arguments' end rounded up to 8), from LLVM's AMDGPU
 /// usage guide and the metadata of code objects built here.
@@ -2245,22 +2195,6 @@ impl Launch {
     }
 }
 
-/// What a launch did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Report {
-    /// Calls served (each wavefront-call counts once).
-    pub calls: u64,
-    /// Errors the server recorded.
-    pub errors: u64,
-    /// Wall time from before the dispatch until the last call was served.
-    pub elapsed: Duration,
-    /// GPU time of the kernel; `None` for now (the backend does not enable
-    /// queue profiling).
-    pub kernel_time: Option<Duration>,
-    /// Ports of the region.
-    pub port_count: u32,
-}
-
 /// An HSA signal, destroyed on drop.
 struct SignalGuard {
     api: &'static Api,
@@ -2390,17 +2324,6 @@ impl Drop for QueueGuard {
         // SAFETY: created in `new`, destroyed once, after its kernel
         // completed; the callback data (`error`) is freed only after this.
         let _ = unsafe { (self.api.queue_destroy)(self.raw) };
-    }
-}
-
-/// Sets the flag when dropped, so server threads stop even if the launching
-/// thread unwinds.
-struct StopOnDrop<'a>(&'a AtomicBool);
-
-impl Drop for StopOnDrop<'_> {
-    fn drop(&mut self) {
-        // Release: pairs with the servers' acquire load (see `serve`).
-        self.0.store(true, Ordering::Release);
     }
 }
 

@@ -34,6 +34,8 @@ pub mod protocol;
 mod sync;
 pub mod wire;
 
+#[cfg(any(feature = "cuda", feature = "hsa"))]
+pub mod launch;
 #[cfg(feature = "std")]
 pub mod server;
 

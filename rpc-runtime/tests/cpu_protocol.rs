@@ -105,3 +105,46 @@ fn raw_send_n_recv_n_roundtrip() {
     });
     assert!(region.is_quiescent());
 }
+
+/// One pool of server threads serves several simulated devices at once; a
+/// device whose kernel fails reports its own error and the others finish
+/// with exact counts (the CPU design of serving several GPUs).
+#[test]
+fn one_server_pool_serves_several_devices_and_keeps_errors_apart() {
+    use rpc_runtime::cpu::{run_devices, Device};
+    let regions: Vec<Region> = [(7u32, 1u32), (64, 32), (1, 1)]
+        .iter()
+        .map(|&(p, l)| Region::new(Layout::new(p, l).unwrap()))
+        .collect();
+    let dispatchers: Vec<Dispatcher> = regions.iter().map(|_| quiet()).collect();
+    let devices: Vec<Device> = regions
+        .iter()
+        .zip(&dispatchers)
+        .map(|(region, dispatcher)| Device {
+            region,
+            threads: 4,
+            dispatcher,
+        })
+        .collect();
+    let iters = 200u64;
+    let results = run_devices(&devices, 2, |dev, client, t| {
+        let mut x = (dev * 1000 + t.id) as u64;
+        for i in 0..iters {
+            if dev == 2 && t.id == 3 && i == 50 {
+                panic!("device 2 faulted");
+            }
+            x = client.noop(x).unwrap();
+        }
+    });
+    for dev in [0, 1] {
+        let r = results[dev].as_ref().unwrap();
+        assert_eq!(r.calls, 4 * iters, "device {dev}");
+        assert_eq!(r.errors, 0);
+        assert!(regions[dev].is_quiescent(), "device {dev}");
+    }
+    let err = results[2].as_ref().unwrap_err();
+    assert_eq!(err.thread, 3);
+    assert!(err.message.contains("device 2 faulted"), "{err}");
+    // Device 2's other threads finished their calls.
+    assert_eq!(dispatchers[2].calls(), 3 * iters + 50);
+}
