@@ -30,6 +30,8 @@ expect 3 "$dir/hello_gpu" --blocks 2 --threads 64
 if [ -x "$dir/gpu-run" ]; then
   step "gpu-run on gpu_main (prints, exits with 3)"
   expect 3 "$dir/gpu-run" --threads 32 --blocks 2 "$dir/kernels.ptx" first "second arg"
+  step "gpu-run --all-devices (every visible GPU at once, one server pool; expects 3)"
+  expect 3 "$dir/gpu-run" --all-devices --threads 32 "$dir/kernels.ptx"
   step "gpu-run error paths"
   expect 1 "$dir/gpu-run" "$dir/missing.ptx"
   expect 1 "$dir/gpu-run" --kernel no_such_kernel "$dir/kernels.ptx"

@@ -39,9 +39,13 @@ struct Cli {
     /// Entry kernel name.
     #[arg(long, default_value = "gpu_main")]
     kernel: String,
-    /// CUDA device ordinal.
-    #[arg(long, default_value_t = 0)]
+    /// GPU to run on (CUDA ordinal or HSA agent index).
+    #[arg(long, default_value_t = 0, conflicts_with = "all_devices")]
     device: usize,
+    /// Run the kernel on every visible CUDA GPU at once, all served by one
+    /// pool of server threads; the run fails if any device's launch fails.
+    #[arg(long)]
+    all_devices: bool,
     /// RPC ports (default: one per warp, at most 4096).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65536))]
     ports: Option<u32>,
@@ -175,17 +179,29 @@ fn exit_code<E: std::fmt::Display>(host: &StdHost, result: Result<(), E>) -> Res
 }
 
 fn run_cuda(cli: &Cli, ptx: &str) -> Result<u8, String> {
-    use gpu_rpc::cuda::{launch, CudaDevice, KernelArg, Launch, Module, PinnedBuffer};
+    use gpu_rpc::cuda::{launch_many, CudaDevice, CudaRegion, Job, KernelArg, Launch, Module, PinnedBuffer};
 
-    let dev = CudaDevice::new(cli.device).map_err(|e| e.to_string())?;
-    let module = Module::from_ptx(&dev, ptx).map_err(|e| e.to_string())?;
-    let kernel = module.kernel(&cli.kernel).map_err(|e| e.to_string())?;
-    let argv = argv(cli);
-    let mut buf = PinnedBuffer::new(&dev, argv_bytes(&argv)).map_err(|e| e.to_string())?;
-    let base = buf.device_ptr();
-    // SAFETY: the buffer is ours and no kernel runs yet.
-    write_argv(&argv, unsafe { buf.as_mut_slice() }, base);
-    let (host, dispatcher) = std_services()?;
+    let e = |e: gpu_rpc::cuda::CudaError| e.to_string();
+    let ordinals: Vec<usize> = if cli.all_devices {
+        (0..CudaDevice::count().map_err(e)?).collect()
+    } else {
+        vec![cli.device]
+    };
+    let devices = ordinals
+        .iter()
+        .map(|&o| CudaDevice::new(o))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(e)?;
+    let modules = devices
+        .iter()
+        .map(|d| Module::from_ptx(d, ptx))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(e)?;
+    let kernels = modules
+        .iter()
+        .map(|m| m.kernel(&cli.kernel))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(e)?;
     let mut cfg = Launch {
         grid: cli.blocks,
         block: cli.threads,
@@ -195,8 +211,51 @@ fn run_cuda(cli: &Cli, ptx: &str) -> Result<u8, String> {
     if let Some(p) = cli.ports {
         cfg.port_count = p;
     }
-    let args = [KernelArg::U32(argv.len() as u32), KernelArg::Ptr(base)];
-    exit_code(&host, launch(&kernel, &cfg, &dispatcher, &args).map(|_| ()))
+    let ports = cfg.warps().min(cfg.port_count as u64).clamp(1, 65536) as u32;
+    let argv = argv(cli);
+    let mut regions = Vec::new();
+    let mut buffers = Vec::new();
+    for dev in &devices {
+        regions.push(CudaRegion::new(dev, ports).map_err(e)?);
+        // argv in pinned memory mapped into this device.
+        let mut buf = PinnedBuffer::new(dev, argv_bytes(&argv)).map_err(e)?;
+        let base = buf.device_ptr();
+        // SAFETY: the buffer is ours and no kernel runs yet.
+        write_argv(&argv, unsafe { buf.as_mut_slice() }, base);
+        buffers.push(buf);
+    }
+    // One standard-services host (exit codes, panics, files) for all devices,
+    // one dispatcher (and error log) per device.
+    let (host, first) = std_services()?;
+    let mut dispatchers = vec![first];
+    for _ in 1..devices.len() {
+        let mut d = Dispatcher::new(ServerConfig::default());
+        d.add(StdServer(Arc::clone(&host))).map_err(|e| e.to_string())?;
+        dispatchers.push(d);
+    }
+    let args: Vec<[KernelArg; 2]> = buffers
+        .iter()
+        .map(|b| [KernelArg::U32(argv.len() as u32), KernelArg::Ptr(b.device_ptr())])
+        .collect();
+    let jobs: Vec<Job<'_, '_>> = (0..devices.len())
+        .map(|i| Job {
+            region: &regions[i],
+            kernel: &kernels[i],
+            launch: &cfg,
+            dispatcher: &dispatchers[i],
+            extra: &args[i],
+        })
+        .collect();
+    let mut failure = None;
+    for (ordinal, r) in ordinals.iter().zip(launch_many(&jobs)) {
+        if let Err(err) = r {
+            if devices.len() > 1 {
+                eprintln!("gpu-run: device {ordinal}: {err}");
+            }
+            failure.get_or_insert(err);
+        }
+    }
+    exit_code(&host, failure.map_or(Ok(()), Err))
 }
 
 fn run_hsa(cli: &Cli, bytes: Vec<u8>) -> Result<u8, String> {

@@ -45,7 +45,10 @@ fn bad_numbers_are_usage_errors() {
     ] {
         let (code, err) = gpu_run(args);
         assert_eq!(code, 2, "{args:?}: {err}");
-        assert!(err.contains("error: invalid value"), "{args:?}: {err}");
+        assert!(
+            err.contains("error: invalid value") || err.contains("cannot be used with"),
+            "{args:?}: {err}"
+        );
     }
 }
 
@@ -56,10 +59,16 @@ fn no_driver_is_a_clear_error() {
         return;
     }
     let p = temp_file("k.ptx", b"//\n.version 8.0\n.target sm_90\n.address_size 64\n");
-    let (code, err) = gpu_run(&[p.to_str().unwrap()]);
+    for all in [false, true] {
+        let mut args = vec![p.to_str().unwrap()];
+        if all {
+            args.insert(0, "--all-devices");
+        }
+        let (code, err) = gpu_run(&args);
+        assert_eq!(code, 1);
+        assert!(err.contains("libcuda could not be loaded"), "{err}");
+    }
     std::fs::remove_file(&p).unwrap();
-    assert_eq!(code, 1);
-    assert!(err.contains("libcuda could not be loaded"), "{err}");
 }
 
 #[test]

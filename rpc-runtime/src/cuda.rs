@@ -60,7 +60,7 @@ use cudarc::driver::{result, sys, CudaContext, DriverError};
 use crate::launch::StopOnDrop;
 pub use crate::launch::{KernelArg, Report};
 use crate::protocol::{client_local_words, lock_words, Abandoned, ClientDesc, Layout, Parts, Server, MAX_PORTS};
-use crate::server::Dispatcher;
+use crate::server::{serve_pool, Dispatcher, Served};
 
 /// Lanes per packet on NVIDIA GPUs: the warp size.
 pub const LANE_SIZE: u32 = 32;
@@ -1604,21 +1604,8 @@ fn kernel_error(kernel: &str, e: DriverError) -> CudaError {
     }
 }
 
-/// One server thread (see [`Dispatcher::serve_until`]). Server threads of a
-/// GPU backend spin between idle passes: the host polls memory the GPU
-/// writes, and a yield would add its latency to every call.
-fn serve(
-    region: &CudaRegion,
-    dispatcher: &Dispatcher,
-    done: &AtomicBool,
-    t: u32,
-    threads: u32,
-) -> Result<(), Abandoned> {
-    let server = region.server().with_abort(done);
-    dispatcher.serve_until(&server, t, threads, done, SERVER_IDLE_SPINS)
-}
-
-/// Idle passes a CUDA server thread spins before it yields.
+/// Idle passes a CUDA server thread spins before it yields: the host polls
+/// memory the GPU writes, and a yield would add its latency to every call.
 const SERVER_IDLE_SPINS: u32 = 1 << 16;
 
 /// Launch `kernel` on the stream and wait until it is over. Returns the
@@ -1752,69 +1739,213 @@ pub fn launch_with_region(
     dispatcher: &Dispatcher,
     extra: &[KernelArg],
 ) -> Result<Report, CudaError> {
-    launch.validate()?;
-    kernel.check_args(extra)?;
-    let device = region.device();
-    if !device.same_context(kernel.module.device()) {
-        return Err(CudaError::config(format!(
-            "the region is on CUDA device {} but kernel `{}` is loaded on device {}",
-            device.ordinal(),
-            kernel.name,
-            kernel.module.device().ordinal()
-        )));
-    }
-    device.bind()?;
-    device.ensure_stack_size(MIN_STACK_BYTES)?;
+    let job = Job {
+        region,
+        kernel,
+        launch,
+        dispatcher,
+        extra,
+    };
+    launch_many(std::slice::from_ref(&job)).pop().expect("one job")
+}
 
-    // Argument storage: stays in place until the kernel is over.
-    let mut desc = region.client_desc();
-    let mut slots: Vec<u64> = extra.iter().map(KernelArg::bits).collect();
-    let mut params: Vec<*mut c_void> = Vec::with_capacity(1 + slots.len());
-    params.push((&mut desc as *mut ClientDesc).cast());
-    params.extend(slots.iter_mut().map(|s| (s as *mut u64).cast::<c_void>()));
+/// One kernel launch of [`launch_many`]: the region it calls through, the
+/// kernel and its configuration, who serves it, its extra arguments.
+pub struct Job<'a, 'm> {
+    /// The region the kernel's client uses (its port count wins over
+    /// `launch.port_count`).
+    pub region: &'a CudaRegion,
+    /// The kernel.
+    pub kernel: &'a Kernel<'m>,
+    /// Grid, block and server threads.
+    pub launch: &'a Launch,
+    /// Serves this launch's calls and keeps its error log (give each job its
+    /// own dispatcher to keep their counts and errors apart).
+    pub dispatcher: &'a Dispatcher,
+    /// Arguments after the descriptor.
+    pub extra: &'a [KernelArg],
+}
 
-    let start = Instant::now();
-    let calls_before = dispatcher.calls();
-    let errors_before = dispatcher.error_count();
-    let done = AtomicBool::new(false);
-    let threads = launch.server_threads.clamp(1, u32::MAX as usize) as u32;
+/// A job's kernel parameters: the values and the array of pointers to them
+/// the driver reads. Boxed so the pointers stay valid while it moves.
+struct Params {
+    _desc: Box<ClientDesc>,
+    _slots: Vec<u64>,
+    ptrs: Vec<*mut c_void>,
+}
 
-    let (ran, abandoned) = std::thread::scope(|s| {
-        let stop = StopOnDrop(&done);
-        let servers: Vec<_> = (0..threads)
-            .map(|t| {
-                let done = &done;
-                s.spawn(move || serve(region, dispatcher, done, t, threads))
-            })
-            .collect();
-        let ran = run_kernel(device, kernel, launch, &mut params);
-        // The kernel is over (or never started): let the servers drain and
-        // stop.
-        drop(stop);
-        let mut abandoned = None;
-        for h in servers {
-            match h.join() {
-                Ok(Ok(())) => {}
-                Ok(Err(a)) => abandoned = Some(a),
-                Err(p) => resume_unwind(p),
-            }
+// SAFETY: the pointers point into the boxed values owned by the same struct;
+// they are only handed to the driver by the one thread that owns the struct.
+unsafe impl Send for Params {}
+
+impl Params {
+    fn new(desc: ClientDesc, extra: &[KernelArg]) -> Params {
+        let mut desc = Box::new(desc);
+        let mut slots: Vec<u64> = extra.iter().map(KernelArg::bits).collect();
+        let mut ptrs: Vec<*mut c_void> = Vec::with_capacity(1 + slots.len());
+        ptrs.push((&mut *desc as *mut ClientDesc).cast());
+        ptrs.extend(slots.iter_mut().map(|s| (s as *mut u64).cast::<c_void>()));
+        Params {
+            _desc: desc,
+            _slots: slots,
+            ptrs,
         }
-        (ran, abandoned)
-    });
-    let kernel_time = ran?;
-    if let Some(a) = abandoned {
-        return Err(CudaError::Abandoned {
-            kernel: kernel.name.clone(),
-            abandoned: a,
-        });
     }
-    Ok(Report {
-        calls: dispatcher.calls() - calls_before,
-        errors: dispatcher.error_count() - errors_before,
-        elapsed: start.elapsed(),
-        kernel_time,
-        port_count: region.layout.port_count(),
-    })
+}
+
+/// Launch several kernels at once — on one GPU (each on its own stream and
+/// region) or on several — and serve all of them from one pool of server
+/// threads (the largest `server_threads` of the jobs), until every kernel is
+/// over. Each job ends on its own: one that fails to launch, faults or
+/// abandons a call reports its error, and the others are still served (a
+/// fault that makes a device's context unusable ends every job on that
+/// device, as CUDA's sticky errors do). Returns one result per job, in order.
+///
+/// ```no_run
+/// use rpc_runtime::cuda::{launch_many, CudaDevice, CudaRegion, Job, KernelArg, Launch, Module, PinnedBuffer};
+/// use rpc_runtime::server::{Dispatcher, ServerConfig};
+/// let dev = CudaDevice::new(0)?;
+/// let module = Module::from_ptx_file(&dev, "kernels.ptx")?;
+/// let kernel = module.kernel("rpc_noop_kernel")?;
+/// let (ra, rb) = (CudaRegion::new(&dev, 64)?, CudaRegion::new(&dev, 64)?);
+/// let (oa, ob) = (PinnedBuffer::new(&dev, 1024 * 8)?, PinnedBuffer::new(&dev, 1024 * 8)?);
+/// let (da, db) = (Dispatcher::new(ServerConfig::default()), Dispatcher::new(ServerConfig::default()));
+/// let cfg = Launch { grid: (8, 1, 1), block: (128, 1, 1), server_threads: 2, ..Launch::default() };
+/// let (xa, xb) = ([KernelArg::U32(10), KernelArg::Ptr(oa.device_ptr())], [KernelArg::U32(10), KernelArg::Ptr(ob.device_ptr())]);
+/// let jobs = [
+///     Job { region: &ra, kernel: &kernel, launch: &cfg, dispatcher: &da, extra: &xa },
+///     Job { region: &rb, kernel: &kernel, launch: &cfg, dispatcher: &db, extra: &xb },
+/// ];
+/// for r in launch_many(&jobs) {
+///     assert_eq!(r?.calls, 32 * 10);
+/// }
+/// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+/// ```
+pub fn launch_many(jobs: &[Job<'_, '_>]) -> Vec<Result<Report, CudaError>> {
+    let start = Instant::now();
+    let mut results: Vec<Option<Result<Report, CudaError>>> = jobs.iter().map(|_| None).collect();
+    // Check every job before anything runs.
+    for (job, result) in jobs.iter().zip(results.iter_mut()) {
+        let checked = job
+            .launch
+            .validate()
+            .and_then(|()| job.kernel.check_args(job.extra))
+            .and_then(|()| {
+                let device = job.region.device();
+                if !device.same_context(job.kernel.module.device()) {
+                    return Err(CudaError::config(format!(
+                        "the region is on CUDA device {} but kernel `{}` is loaded on device {}",
+                        device.ordinal(),
+                        job.kernel.name,
+                        job.kernel.module.device().ordinal()
+                    )));
+                }
+                device.bind()?;
+                device.ensure_stack_size(MIN_STACK_BYTES)
+            });
+        if let Err(e) = checked {
+            *result = Some(Err(e));
+        }
+    }
+    let before: Vec<(u64, u64)> = jobs
+        .iter()
+        .map(|j| (j.dispatcher.calls(), j.dispatcher.error_count()))
+        .collect();
+    // A job that was refused counts as over from the start.
+    let done: Vec<AtomicBool> = results.iter().map(|r| AtomicBool::new(r.is_some())).collect();
+    let threads = jobs
+        .iter()
+        .map(|j| j.launch.server_threads)
+        .max()
+        .unwrap_or(1)
+        .clamp(1, u32::MAX as usize) as u32;
+
+    let (ran, abandoned) =
+        std::thread::scope(|s| {
+            let done = &done;
+            let servers: Vec<_> = (0..threads)
+                .map(|t| {
+                    s.spawn(move || {
+                        let servers: Vec<Server<'_>> = jobs
+                            .iter()
+                            .zip(done)
+                            .map(|(j, f)| j.region.server().with_abort(f))
+                            .collect();
+                        let pool: Vec<Served<'_, '_>> = servers
+                            .iter()
+                            .zip(jobs)
+                            .zip(done)
+                            .map(|((server, j), done)| Served {
+                                server,
+                                dispatcher: j.dispatcher,
+                                done,
+                            })
+                            .collect();
+                        serve_pool(&pool, t, threads, SERVER_IDLE_SPINS)
+                    })
+                })
+                .collect();
+            // One thread per kernel launches it on its own stream and waits for it.
+            let watchers: Vec<_> =
+                jobs.iter()
+                    .zip(done)
+                    .zip(&results)
+                    .map(|((job, flag), refused)| {
+                        let params = refused
+                            .is_none()
+                            .then(|| Params::new(job.region.client_desc(), job.extra));
+                        s.spawn(move || {
+                            let mut params = params?;
+                            // The kernel is over (or never started) when this returns
+                            // or unwinds: let the servers drain its region and stop.
+                            let _stop = StopOnDrop(flag);
+                            Some(job.region.device().bind().and_then(|()| {
+                                run_kernel(job.region.device(), job.kernel, job.launch, &mut params.ptrs)
+                            }))
+                        })
+                    })
+                    .collect();
+            let ran: Vec<Option<Result<Option<Duration>, CudaError>>> = watchers
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| resume_unwind(p)))
+                .collect();
+            let mut abandoned: Vec<Option<Abandoned>> = jobs.iter().map(|_| None).collect();
+            for h in servers {
+                let outcomes = h.join().unwrap_or_else(|p| resume_unwind(p));
+                for (slot, outcome) in abandoned.iter_mut().zip(outcomes) {
+                    if let Err(a) = outcome {
+                        slot.get_or_insert(a);
+                    }
+                }
+            }
+            (ran, abandoned)
+        });
+    let elapsed = start.elapsed();
+    jobs.iter()
+        .zip(results)
+        .zip(ran)
+        .zip(abandoned)
+        .zip(before)
+        .map(|((((job, refused), ran), abandoned), (calls, errors))| {
+            if let Some(r) = refused {
+                return r;
+            }
+            let kernel_time = ran.expect("a launched job has a result")?;
+            if let Some(a) = abandoned {
+                return Err(CudaError::Abandoned {
+                    kernel: job.kernel.name.clone(),
+                    abandoned: a,
+                });
+            }
+            Ok(Report {
+                calls: job.dispatcher.calls() - calls,
+                errors: job.dispatcher.error_count() - errors,
+                elapsed,
+                kernel_time,
+                port_count: job.region.layout.port_count(),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

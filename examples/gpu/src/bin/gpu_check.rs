@@ -21,7 +21,9 @@ use std::time::Instant;
 
 use gpu_example_services::{BenchServer, HostServicesServer};
 use gpu_examples::{kernels_ptx, Counters, Recorder};
-use gpu_rpc::cuda::{launch_with_region, CudaDevice, CudaRegion, Kernel, KernelArg, Launch, Module, PinnedBuffer};
+use gpu_rpc::cuda::{
+    launch_many, launch_with_region, CudaDevice, CudaRegion, Job, Kernel, KernelArg, Launch, Module, PinnedBuffer,
+};
 use gpu_rpc::server::{Dispatcher, ServerConfig, Service};
 
 struct Ctx {
@@ -168,6 +170,72 @@ fn main() -> ExitCode {
     }
     let r = counting(&ctx, &noop, 5, 45, 8, 2, 20, |g| g);
     ctx.check("noop/partial-warps-45-threads", r);
+
+    // 2b. Two launches at once on this GPU, each with its own region, stream
+    // and dispatcher, served by one pool of server threads (the one-GPU form
+    // of serving several GPUs from one process).
+    let r = (|| -> Result<String, String> {
+        let (grid, block, iters) = (sms * 2, 128u32, 30u32);
+        let threads = (grid * block) as usize;
+        let e = |e: gpu_rpc::cuda::CudaError| e.to_string();
+        let regions = [
+            CudaRegion::new(&ctx.dev, 512).map_err(e)?,
+            CudaRegion::new(&ctx.dev, 64).map_err(e)?,
+        ];
+        let outs = [
+            PinnedBuffer::new(&ctx.dev, threads * 8).map_err(e)?,
+            PinnedBuffer::new(&ctx.dev, threads * 8).map_err(e)?,
+        ];
+        let counters = [Arc::new(Counters::default()), Arc::new(Counters::default())];
+        let ds = [
+            dispatcher(vec![Arc::new(BenchServer(Arc::clone(&counters[0])))]),
+            dispatcher(vec![Arc::new(BenchServer(Arc::clone(&counters[1])))]),
+        ];
+        let cfg = Launch {
+            grid: (grid, 1, 1),
+            block: (block, 1, 1),
+            server_threads: 4,
+            ..Launch::default()
+        };
+        let args: Vec<[KernelArg; 2]> = outs
+            .iter()
+            .map(|o| [KernelArg::U32(iters), KernelArg::Ptr(o.device_ptr())])
+            .collect();
+        let jobs: Vec<Job> = (0..2)
+            .map(|i| Job {
+                region: &regions[i],
+                kernel: &incr,
+                launch: &cfg,
+                dispatcher: &ds[i],
+                extra: &args[i],
+            })
+            .collect();
+        let t0 = Instant::now();
+        let results = launch_many(&jobs);
+        let wall = t0.elapsed().as_secs_f64();
+        let mut msg = String::new();
+        for (i, r) in results.into_iter().enumerate() {
+            let r = r.map_err(|e| format!("launch {i}: {e}"))?;
+            let want = threads as u64 * iters as u64;
+            let got = counters[i].incr.load(Ordering::Relaxed);
+            if got != want {
+                return Err(format!("launch {i}: host counted {got} incr calls, expected {want}"));
+            }
+            for g in 0..threads {
+                // SAFETY: the kernel has finished.
+                let v = unsafe { outs[i].read_u64(g) };
+                if v != g as u64 * 1_000_000 + iters as u64 {
+                    return Err(format!("launch {i}: thread {g} ended with {v}"));
+                }
+            }
+            if !regions[i].is_quiescent().map_err(e)? {
+                return Err(format!("launch {i}: a port was left locked or pending"));
+            }
+            msg += &format!("launch {i}: {} warp-calls; ", r.calls);
+        }
+        Ok(format!("{msg}both exact, {:.1} ms together", wall * 1e3))
+    })();
+    ctx.check("two-launches-one-server-pool", r);
 
     // 3. Printing: every line exactly once, sync and async.
     for async_ in [0u32, 1] {

@@ -5,7 +5,7 @@
 //! this process with code 3.
 //!
 //! ```text
-//! cargo build --release -p gpu-examples && target/release/hello_gpu --blocks 2 --threads 64
+//! cargo build --release -p gpu-examples && target/release/hello_gpu --blocks 2 --threads 64 [--device N]
 //! ```
 
 use std::process::ExitCode;
@@ -27,8 +27,9 @@ fn arg(name: &str, default: u32) -> u32 {
 fn main() -> ExitCode {
     let blocks = arg("--blocks", 2);
     let threads = arg("--threads", 64);
+    let device = arg("--device", 0) as usize;
     let run = || -> Result<(), String> {
-        let dev = CudaDevice::new(0).map_err(|e| e.to_string())?;
+        let dev = CudaDevice::new(device).map_err(|e| e.to_string())?;
         eprintln!(
             "[host] {} ({} SMs)",
             dev.name().map_err(|e| e.to_string())?,
