@@ -148,11 +148,13 @@ fn contention(dev: &CudaDevice, module: &Module) {
     println!("Baseline: one warp alone, {:.3} M warp-calls/s.\n", one_warp / 1e6);
     println!("| blocks × threads | warps | ports | server threads | M warp-calls/s | M lane-calls/s | × one warp |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
+    // 132 blocks × 128 threads (528 warps, the reference's configuration),
     // 528 blocks × 128 threads (2112 warps), and 264 × 512 (4224 warps, the
     // thread count of the reference's 132 × 1024: 1024-thread blocks of this
     // kernel need more registers per SM than there are).
     for (grid, block, port_list) in [
-        (sms * 4, 128u32, vec![64u32, 512, 4096]),
+        (sms, 128u32, vec![64u32, 512, 4096]),
+        (sms * 4, 128, vec![64, 512, 4096]),
         (sms * 2, 512, vec![512, 4096]),
     ] {
         for &ports in &port_list {
