@@ -15,9 +15,11 @@
 //! [`Layout`] computes the offsets; [`allocation_size`] the total. The port
 //! count is chosen at run time by the host (1 ..= [`MAX_PORTS`]).
 //!
-//! Besides that shared region, each side has **local** lock bits, one per port
-//! (`port_count.div_ceil(32)` words, [`lock_words`]): on a GPU they live in
-//! device memory, so a read-modify-write never crosses the bus.
+//! Besides that shared region, each side has **local** per-port state: the
+//! server a lock bit per port ([`lock_words`]), the client a nibble per port
+//! ([`client_local_words`]: lock, copy of its outbox, "known idle"). On a GPU
+//! the client's lives in device memory, so a read-modify-write never crosses
+//! the bus.
 //!
 //! # The invariant
 //!
