@@ -179,7 +179,9 @@ fn exit_code<E: std::fmt::Display>(host: &StdHost, result: Result<(), E>) -> Res
 }
 
 fn run_cuda(cli: &Cli, ptx: &str) -> Result<u8, String> {
-    use gpu_rpc::cuda::{launch_many, CudaDevice, CudaRegion, Job, KernelArg, Launch, Module, PinnedBuffer};
+    use gpu_rpc::cuda::{
+        launch_many, CudaDevice, CudaRegion, Job, KernelArg, Launch, MappedBuffer, Module, PinnedBuffer,
+    };
 
     let e = |e: gpu_rpc::cuda::CudaError| e.to_string();
     let ordinals: Vec<usize> = if cli.all_devices {
@@ -259,7 +261,7 @@ fn run_cuda(cli: &Cli, ptx: &str) -> Result<u8, String> {
 }
 
 fn run_hsa(cli: &Cli, bytes: Vec<u8>) -> Result<u8, String> {
-    use gpu_rpc::hsa::{launch, CodeObject, HsaBuffer, HsaDevice, KernelArg, Launch, Module};
+    use gpu_rpc::hsa::{launch, CodeObject, HsaBuffer, HsaDevice, KernelArg, Launch, MappedBuffer, Module};
 
     let code = CodeObject::from_bytes(bytes).map_err(|e| e.to_string())?;
     let dev = HsaDevice::new(cli.device).map_err(|e| e.to_string())?;

@@ -58,7 +58,7 @@ use std::time::{Duration, Instant};
 use cudarc::driver::{result, sys, CudaContext, DriverError};
 
 use crate::launch::StopOnDrop;
-pub use crate::launch::{KernelArg, Report};
+pub use crate::launch::{KernelArg, MappedBuffer, Report};
 use crate::protocol::{client_local_words, lock_words, Abandoned, ClientDesc, Layout, Parts, Server, MAX_PORTS};
 use crate::server::{serve_pool, Dispatcher, Served};
 
@@ -512,11 +512,11 @@ impl CudaDevice {
 
 /// Pinned host memory mapped into the device's address space
 /// (`cuMemHostAlloc(PORTABLE | DEVICEMAP)`), zeroed. The host reaches it
-/// through [`host_ptr`](Self::host_ptr), kernels through
+/// through [`host_ptr`](Self::host_ptr) and [`MappedBuffer`], kernels through
 /// [`device_ptr`](Self::device_ptr); freed on drop.
 ///
 /// ```no_run
-/// use rpc_runtime::cuda::{CudaDevice, PinnedBuffer};
+/// use rpc_runtime::cuda::{CudaDevice, MappedBuffer, PinnedBuffer};
 /// let dev = CudaDevice::new(0)?;
 /// let out = PinnedBuffer::new(&dev, 1024)?;
 /// assert_eq!(out.len(), 1024);
@@ -639,61 +639,15 @@ impl PinnedBuffer {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+}
 
-    /// The buffer's bytes.
-    ///
-    /// # Safety
-    /// No kernel (and no other thread) may write the buffer while the slice
-    /// lives; [`launch`] returns only after its kernel has finished.
-    ///
-    /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// let buf = rpc_runtime::cuda::PinnedBuffer::new(&dev, 8)?;
-    /// // SAFETY: nothing runs that could write it.
-    /// assert_eq!(unsafe { buf.as_slice() }, &[0u8; 8]);
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
-    /// ```
-    pub unsafe fn as_slice(&self) -> &[u8] {
-        // SAFETY: `len` initialized bytes owned by `self`; the caller rules out
-        // concurrent writers.
-        unsafe { std::slice::from_raw_parts(self.host.as_ptr(), self.len) }
+impl MappedBuffer for PinnedBuffer {
+    fn mapped_ptr(&self) -> *mut u8 {
+        self.host.as_ptr()
     }
 
-    /// The buffer's bytes, writable (e.g. to fill a kernel's input).
-    ///
-    /// # Safety
-    /// No kernel (and no other thread) may access the buffer while the slice
-    /// lives.
-    ///
-    /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// let mut buf = rpc_runtime::cuda::PinnedBuffer::new(&dev, 8)?;
-    /// // SAFETY: nothing else uses the buffer.
-    /// unsafe { buf.as_mut_slice() }.copy_from_slice(&7u64.to_le_bytes());
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
-    /// ```
-    pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as in `as_slice`, with `&mut self` excluding other host
-        // views through this buffer.
-        unsafe { std::slice::from_raw_parts_mut(self.host.as_ptr(), self.len) }
-    }
-
-    /// Read the `index`-th little-endian `u64` (convenience for kernel outputs).
-    ///
-    /// # Safety
-    /// As [`as_slice`](Self::as_slice).
-    ///
-    /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// let buf = rpc_runtime::cuda::PinnedBuffer::new(&dev, 16)?;
-    /// // SAFETY: nothing runs that could write it.
-    /// assert_eq!(unsafe { buf.read_u64(1) }, 0);
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
-    /// ```
-    pub unsafe fn read_u64(&self, index: usize) -> u64 {
-        // SAFETY: forwarded to the caller.
-        let bytes = unsafe { self.as_slice() };
-        u64::from_le_bytes(bytes[index * 8..index * 8 + 8].try_into().expect("8 bytes"))
+    fn mapped_len(&self) -> usize {
+        self.len
     }
 }
 

@@ -104,7 +104,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use crate::launch::StopOnDrop;
-pub use crate::launch::{KernelArg, Report};
+pub use crate::launch::{KernelArg, MappedBuffer, Report};
 use crate::protocol::{
     client_local_words, client_locks_released, lock_words, Abandoned, ClientDesc, Layout, Parts, Server, MAX_PORTS,
 };
@@ -947,7 +947,7 @@ fn pool_alloc(device: &HsaDevice, pool: MemoryPool, len: usize, what: &str) -> R
 /// Host and GPU use the same address; freed on drop.
 ///
 /// ```no_run
-/// use rpc_runtime::hsa::{HsaBuffer, HsaDevice};
+/// use rpc_runtime::hsa::{HsaBuffer, HsaDevice, MappedBuffer};
 /// let dev = HsaDevice::new(0)?;
 /// let out = HsaBuffer::new(&dev, 1024)?;
 /// // Pass `out.device_ptr()` as `KernelArg::Ptr`; after the launch returned:
@@ -1052,61 +1052,15 @@ impl HsaBuffer {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+}
 
-    /// The buffer's bytes.
-    ///
-    /// # Safety
-    /// No kernel (and no other thread) may write the buffer while the slice
-    /// lives; [`launch`] returns only after its kernel has finished.
-    ///
-    /// ```no_run
-    /// # let dev = rpc_runtime::hsa::HsaDevice::new(0)?;
-    /// let buf = rpc_runtime::hsa::HsaBuffer::new(&dev, 8)?;
-    /// // SAFETY: nothing runs that could write it.
-    /// assert_eq!(unsafe { buf.as_slice() }, &[0u8; 8]);
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
-    /// ```
-    pub unsafe fn as_slice(&self) -> &[u8] {
-        // SAFETY: `len` initialized bytes owned by `self`; the caller rules
-        // out concurrent writers.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+impl MappedBuffer for HsaBuffer {
+    fn mapped_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
     }
 
-    /// The buffer's bytes, writable.
-    ///
-    /// # Safety
-    /// No kernel (and no other thread) may access the buffer while the slice
-    /// lives.
-    ///
-    /// ```no_run
-    /// # let dev = rpc_runtime::hsa::HsaDevice::new(0)?;
-    /// let mut buf = rpc_runtime::hsa::HsaBuffer::new(&dev, 8)?;
-    /// // SAFETY: nothing else uses the buffer.
-    /// unsafe { buf.as_mut_slice() }.copy_from_slice(&7u64.to_le_bytes());
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
-    /// ```
-    pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as in `as_slice`, with `&mut self` excluding other views
-        // through this buffer.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-
-    /// The `index`-th little-endian `u64`.
-    ///
-    /// # Safety
-    /// As [`as_slice`](Self::as_slice).
-    ///
-    /// ```no_run
-    /// # let dev = rpc_runtime::hsa::HsaDevice::new(0)?;
-    /// let buf = rpc_runtime::hsa::HsaBuffer::new(&dev, 16)?;
-    /// // SAFETY: nothing runs that could write it.
-    /// assert_eq!(unsafe { buf.read_u64(1) }, 0);
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
-    /// ```
-    pub unsafe fn read_u64(&self, index: usize) -> u64 {
-        // SAFETY: forwarded to the caller.
-        let bytes = unsafe { self.as_slice() };
-        u64::from_le_bytes(bytes[index * 8..index * 8 + 8].try_into().expect("8 bytes"))
+    fn mapped_len(&self) -> usize {
+        self.len
     }
 }
 

@@ -1,5 +1,6 @@
 //! Pieces the GPU backends share: kernel arguments, the report of a launch,
-//! and the flag that stops server threads (features `cuda` and `hsa`).
+//! host views of mapped buffers, and the flag that stops server threads
+//! (features `cuda` and `hsa`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -81,5 +82,60 @@ impl Drop for StopOnDrop<'_> {
         // Release: pairs with the servers' acquire load in
         // `Dispatcher::serve_until`.
         self.0.store(true, Ordering::Release);
+    }
+}
+
+/// Host memory a GPU also reads and writes (CUDA's pinned mapped buffers,
+/// HSA's fine-grained ones): the host-side views both backends' buffers
+/// share. Bring it into scope to read kernel outputs or fill kernel inputs.
+///
+/// ```
+/// use rpc_runtime::launch::MappedBuffer;
+/// struct Words(Vec<u8>);
+/// impl MappedBuffer for Words {
+///     fn mapped_ptr(&self) -> *mut u8 { self.0.as_ptr() as *mut u8 }
+///     fn mapped_len(&self) -> usize { self.0.len() }
+/// }
+/// let mut w = Words(vec![0; 16]);
+/// // SAFETY: nothing else uses the memory.
+/// unsafe { w.as_mut_slice()[8..].copy_from_slice(&7u64.to_le_bytes()) };
+/// assert_eq!(unsafe { w.read_u64(1) }, 7);
+/// ```
+pub trait MappedBuffer {
+    /// The host address of the memory.
+    fn mapped_ptr(&self) -> *mut u8;
+    /// Its size in bytes.
+    fn mapped_len(&self) -> usize;
+
+    /// The buffer's bytes.
+    ///
+    /// # Safety
+    /// No kernel (and no other thread) may write the buffer while the slice
+    /// lives; the backends' `launch` returns only after its kernel finished.
+    unsafe fn as_slice(&self) -> &[u8] {
+        // SAFETY: `mapped_len` initialized bytes at `mapped_ptr`, owned by
+        // `self`; the caller rules out concurrent writers.
+        unsafe { std::slice::from_raw_parts(self.mapped_ptr(), self.mapped_len()) }
+    }
+
+    /// The buffer's bytes, writable (e.g. to fill a kernel's input).
+    ///
+    /// # Safety
+    /// No kernel (and no other thread) may access the buffer while the slice
+    /// lives.
+    unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`, with `&mut self` excluding other host
+        // views through this buffer.
+        unsafe { std::slice::from_raw_parts_mut(self.mapped_ptr(), self.mapped_len()) }
+    }
+
+    /// The `index`-th little-endian `u64` (convenience for kernel outputs).
+    ///
+    /// # Safety
+    /// As [`as_slice`](Self::as_slice).
+    unsafe fn read_u64(&self, index: usize) -> u64 {
+        // SAFETY: forwarded to the caller.
+        let bytes = unsafe { self.as_slice() };
+        u64::from_le_bytes(bytes[index * 8..index * 8 + 8].try_into().expect("8 bytes"))
     }
 }

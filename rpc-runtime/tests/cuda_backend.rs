@@ -11,6 +11,7 @@
 //! test lives in its own test binary (`cuda_fault.rs`).
 #![cfg(feature = "cuda")]
 
+use rpc_runtime::cuda::MappedBuffer;
 use rpc_runtime::cuda::{
     driver_available, launch, launch_with_region, CudaDevice, CudaError, CudaRegion, KernelArg, Launch, Module,
     PinnedBuffer,

@@ -22,7 +22,8 @@ use std::time::Instant;
 use gpu_example_services::{BenchServer, HostServicesServer};
 use gpu_examples::{kernels_ptx, Counters, Recorder};
 use gpu_rpc::cuda::{
-    launch_many, launch_with_region, CudaDevice, CudaRegion, Job, Kernel, KernelArg, Launch, Module, PinnedBuffer,
+    launch_many, launch_with_region, CudaDevice, CudaRegion, Job, Kernel, KernelArg, Launch, MappedBuffer, Module,
+    PinnedBuffer,
 };
 use gpu_rpc::server::{Dispatcher, ServerConfig, Service};
 
