@@ -294,9 +294,23 @@ pub const fn out_packets(count: u64, elem_size: u32) -> u64 {
 }
 
 /// Copy `block[..]` into the payload of packet `i` of a frame or reply (`i =
-/// 0` is packet 0, which starts after the first word).
+/// 0` is packet 0, which starts after the first word). Used by both sides
+/// (and by tests that play a device).
+///
+/// ```
+/// use rpc_runtime::call::{fill_block, read_block};
+/// use rpc_runtime::protocol::Buffer;
+/// let block: Vec<u8> = (0..100).collect();
+/// let (mut p0, mut p1) = (Buffer::default(), Buffer::default());
+/// fill_block(0, &block, &mut p0);
+/// fill_block(1, &block, &mut p1);
+/// let mut back = vec![0u8; 100];
+/// read_block(0, &p0, &mut back);
+/// read_block(1, &p1, &mut back);
+/// assert_eq!(back, block);
+/// ```
 #[inline(always)]
-fn fill_block(i: u64, block: &[u8], b: &mut Buffer) {
+pub fn fill_block(i: u64, block: &[u8], b: &mut Buffer) {
     let (start, dst_off) = if i == 0 {
         (0, 8)
     } else {
@@ -308,9 +322,10 @@ fn fill_block(i: u64, block: &[u8], b: &mut Buffer) {
     }
 }
 
-/// Copy the payload of packet `i` into `block`.
+/// Copy the payload of packet `i` into `block` (the inverse of
+/// [`fill_block`]).
 #[inline(always)]
-fn read_block(i: u64, b: &Buffer, block: &mut [u8]) {
+pub fn read_block(i: u64, b: &Buffer, block: &mut [u8]) {
     let (start, src_off) = if i == 0 {
         (0, 8)
     } else {
@@ -320,16 +335,6 @@ fn read_block(i: u64, b: &Buffer, block: &mut [u8]) {
         let n = (block.len() - start).min(BUFFER_BYTES - src_off);
         block[start..start + n].copy_from_slice(&b.bytes()[src_off..src_off + n]);
     }
-}
-
-/// Public wrappers of the block copies for the server module.
-#[doc(hidden)]
-pub fn __fill_block(i: u64, block: &[u8], b: &mut Buffer) {
-    fill_block(i, block, b)
-}
-#[doc(hidden)]
-pub fn __read_block(i: u64, b: &Buffer, block: &mut [u8]) {
-    read_block(i, b, block)
 }
 
 /// A call in progress on the client, after its frame was sent. Generated

@@ -57,8 +57,8 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::{result, sys, CudaContext, DriverError};
 
-use crate::launch::StopOnDrop;
 pub use crate::launch::{KernelArg, MappedBuffer, Report};
+use crate::launch::{StopOnDrop, SERVER_IDLE_SPINS};
 use crate::protocol::{client_local_words, lock_words, Abandoned, ClientDesc, Layout, Parts, Server, MAX_PORTS};
 use crate::server::{serve_pool, Dispatcher, Served};
 
@@ -1557,10 +1557,6 @@ fn kernel_error(kernel: &str, e: DriverError) -> CudaError {
         context_lost: is_sticky(e.0),
     }
 }
-
-/// Idle passes a CUDA server thread spins before it yields: the host polls
-/// memory the GPU writes, and a yield would add its latency to every call.
-const SERVER_IDLE_SPINS: u32 = 1 << 16;
 
 /// Launch `kernel` on the stream and wait until it is over. Returns the
 /// kernel's GPU time, or how it failed. When this returns, the kernel is not

@@ -103,8 +103,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use crate::launch::StopOnDrop;
 pub use crate::launch::{KernelArg, MappedBuffer, Report};
+use crate::launch::{StopOnDrop, SERVER_IDLE_SPINS};
 use crate::protocol::{
     client_local_words, client_locks_released, lock_words, Abandoned, ClientDesc, Layout, Parts, Server, MAX_PORTS,
 };
@@ -2290,9 +2290,7 @@ fn serve(
     threads: u32,
 ) -> Result<(), Abandoned> {
     let server = region.server().with_abort(done);
-    // Spin between idle passes, as the CUDA backend does: the host polls
-    // memory the GPU writes, and a yield would add its latency to every call.
-    dispatcher.serve_until(&server, t, threads, done, 1 << 16)
+    dispatcher.serve_until(&server, t, threads, done, SERVER_IDLE_SPINS)
 }
 
 /// Dispatch and wait until the completion signal fires or the queue reports

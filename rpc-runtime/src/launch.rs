@@ -73,6 +73,11 @@ pub struct Report {
     pub port_count: u32,
 }
 
+/// Idle passes a GPU backend's server thread spins before it yields: the
+/// host polls memory the GPU writes, and a yield would add its latency to
+/// every call.
+pub(crate) const SERVER_IDLE_SPINS: u32 = 1 << 16;
+
 /// Sets the flag when dropped, so server threads stop even if the launching
 /// thread unwinds.
 pub(crate) struct StopOnDrop<'a>(pub(crate) &'a AtomicBool);

@@ -454,10 +454,10 @@ impl Dispatcher {
             let blk = &mut blocks[lane as usize];
             blk.clear();
             blk.resize(keep, 0);
-            call::__read_block(0, &firsts[lane as usize], blk);
+            call::read_block(0, &firsts[lane as usize], blk);
         }
         let port = port.recv_packets(call::spill_packets(block_len), |lane, i, b| {
-            call::__read_block(i + 1, b, &mut blocks[lane as usize])
+            call::read_block(i + 1, b, &mut blocks[lane as usize])
         })?;
         let lens = |lane: u32, i: usize| lens_of(&blocks[lane as usize], i);
 
@@ -616,10 +616,10 @@ impl Dispatcher {
         let port = port.send_words(reply_words, |lane, b| {
             let l = lane as usize;
             b.data[0] = call.status[l] as u32 as u64 | (call.detail[l] as u64) << 32;
-            call::__fill_block(0, &call.rets[l], b);
+            call::fill_block(0, &call.rets[l], b);
         })?;
         let mut port = port.send_packets(spill, |lane, i, b| {
-            call::__fill_block(i + 1, &call.rets[lane as usize], b)
+            call::fill_block(i + 1, &call.rets[lane as usize], b)
         })?;
 
         // Out-buffers, for the lanes that succeeded.

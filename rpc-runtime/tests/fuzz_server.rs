@@ -762,7 +762,7 @@ fn drive(case: &Case, p: &Plan, dev: &Device<'_>) -> Result<Expected, String> {
     for lane in 0..lane_size {
         let mut b = Buffer::default();
         b.data[0] = p.words[lane as usize];
-        call::__fill_block(0, &p.blocks[lane as usize], &mut b);
+        call::fill_block(0, &p.blocks[lane as usize], &mut b);
         dev.write(0, lane, &b);
     }
     dev.flip(0);
@@ -790,7 +790,7 @@ fn drive(case: &Case, p: &Plan, dev: &Device<'_>) -> Result<Expected, String> {
         dev.wait_owned(0, "block packet")?;
         for lane in 0..lane_size {
             let mut b = Buffer::default();
-            call::__fill_block(i + 1, &p.blocks[lane as usize], &mut b);
+            call::fill_block(i + 1, &p.blocks[lane as usize], &mut b);
             dev.write(0, lane, &b);
         }
         dev.flip(0);
@@ -850,13 +850,13 @@ fn drive(case: &Case, p: &Plan, dev: &Device<'_>) -> Result<Expected, String> {
     let ret_len = d.ret_bytes as usize;
     let mut rets: Vec<Vec<u8>> = (0..lane_size).map(|_| vec![0u8; ret_len]).collect();
     for lane in 0..lane_size as usize {
-        call::__read_block(0, &first[lane], &mut rets[lane]);
+        call::read_block(0, &first[lane], &mut rets[lane]);
     }
     for i in 0..call::spill_packets(ret_len) {
         dev.flip(0);
         dev.wait_owned(0, "return value packet")?;
         for lane in 0..lane_size {
-            call::__read_block(i + 1, &dev.read(0, lane), &mut rets[lane as usize]);
+            call::read_block(i + 1, &dev.read(0, lane), &mut rets[lane as usize]);
         }
     }
     let status = |lane: u32| Status::from_u32(first[lane as usize].data[0] as u32);
