@@ -481,8 +481,9 @@ fn with_current<R>(f: impl FnOnce(&Client<'_>) -> R) -> Option<R> {
     }
     let desc = stored_desc()?;
     // SAFETY: `init`'s contract: the stored descriptor describes a live region
-    // and lock array for as long as the kernel runs.
-    let client = unsafe { Client::from_desc(&desc) };
+    // and lock array for as long as the kernel runs. `try_from_desc`, not
+    // `from_desc`: this path must not panic (the panic handler takes it).
+    let client = unsafe { Client::try_from_desc(&desc) }?;
     Some(f(&client))
 }
 
@@ -1054,21 +1055,44 @@ impl fmt::Display for PanicReportError {
     }
 }
 
+/// What the default panic handler reports for a panic whose message has
+/// formatted arguments (`panic!("{x}")`, `expect`, bounds checks): formatting
+/// them needs `core::fmt` on the device, whose register needs would lift every
+/// kernel of the crate (see [`gpu_panic_handler!`](crate::gpu_panic_handler)).
+pub const FORMATTED_MESSAGE_OMITTED: &str =
+    "<formatted panic message not shown: use gpu_panic_handler!(format) to format it on the device>";
+
 /// Report the panic `info` with this thread's `block` and `thread` ids to the
-/// host, ignoring failures: the body of the handler that
-/// [`gpu_panic_handler!`](crate::gpu_panic_handler) defines (which then
-/// traps). A panic without a location is reported at `<unknown>:0:0`.
+/// host, ignoring failures, **without `core::fmt`**: the body of the handler
+/// that [`gpu_panic_handler!()`](crate::gpu_panic_handler) defines (which then
+/// traps). A message without arguments (`panic!("literal")`, `unwrap` on
+/// `None`, `assert!`, failed calls of generated stubs) is sent as it is, one
+/// with arguments as [`FORMATTED_MESSAGE_OMITTED`]; the location is always
+/// sent. A panic without a location is reported at `<unknown>:0:0`.
 pub fn report_panic_info(info: &core::panic::PanicInfo<'_>, block: [u32; 3], thread: [u32; 3]) {
-    let (file, line, column) = match info.location() {
-        Some(l) => (l.file(), l.line(), l.column()),
-        None => ("<unknown>", 0, 0),
-    };
+    let (file, line, column) = panic_location(info);
+    let msg = info.message().as_str().unwrap_or(FORMATTED_MESSAGE_OMITTED);
+    let _ = try_with_std(|s| s.try_report_panic(msg, file, line, column, block, thread));
+}
+
+/// [`report_panic_info`] with the message formatted on the device by
+/// `core::fmt` (at most [`PANIC_MESSAGE_MAX`] bytes): the body of
+/// [`gpu_panic_handler!(format)`](crate::gpu_panic_handler). Costs the
+/// registers and stack of `core::fmt` in every kernel that can panic.
+pub fn report_panic_info_formatted(info: &core::panic::PanicInfo<'_>, block: [u32; 3], thread: [u32; 3]) {
+    let (file, line, column) = panic_location(info);
     let _ = report_panic(info.message(), file, line, column, block, thread);
 }
 
-/// Define the kernel crate's `#[panic_handler]`: it formats the panic message
-/// and location on the device (at most [`PANIC_MESSAGE_MAX`] bytes), adds the
-/// block and thread ids, reports them to the host with
+fn panic_location<'i>(info: &'i core::panic::PanicInfo<'_>) -> (&'i str, u32, u32) {
+    match info.location() {
+        Some(l) => (l.file(), l.line(), l.column()),
+        None => ("<unknown>", 0, 0),
+    }
+}
+
+/// Define the kernel crate's `#[panic_handler]`: it reports the panic's
+/// message and location with the block and thread ids to the host with
 /// [`Std::report_panic`] (the host records and prints
 /// `kernel panicked at src/lib.rs:10:5 (block (0,0,0), thread (3,0,0)): ...`),
 /// then traps, so the kernel launch fails.
@@ -1082,6 +1106,22 @@ pub fn report_panic_info(info: &core::panic::PanicInfo<'_>, block: [u32; 3], thr
 ///
 /// gpu_rpc::gpu_panic_handler!();
 /// ```
+///
+/// # Two forms: the footprint of formatting
+///
+/// * `gpu_panic_handler!()` uses **no `core::fmt`** ([`report_panic_info`]):
+///   messages without arguments (`panic!("literal")`, `unwrap()` on `None`,
+///   `assert!(cond)`, a failed generated call) arrive whole, messages with
+///   arguments as [`FORMATTED_MESSAGE_OMITTED`]; the file, line, column,
+///   block and thread always arrive. A kernel that can panic pays a few
+///   registers for it (measured with ptxas in CI: see README "Device
+///   footprint").
+/// * `gpu_panic_handler!(format)` formats every message on the device
+///   ([`report_panic_info_formatted`], at most [`PANIC_MESSAGE_MAX`] bytes).
+///   `core::fmt` reaches its formatters through function pointers, so ptxas
+///   must give every kernel that can panic the registers of the hungriest
+///   formatter in the crate: about 170 on sm_90, which limits blocks to 256
+///   threads and costs occupancy. Use it while debugging.
 ///
 /// * The handler exists only on GPU targets (`nvptx64`, `amdgpu`): a host
 ///   build of the same crate uses std's.
@@ -1097,6 +1137,12 @@ pub fn report_panic_info(info: &core::panic::PanicInfo<'_>, block: [u32; 3], thr
 #[macro_export]
 macro_rules! gpu_panic_handler {
     () => {
+        $crate::gpu_panic_handler!(@with report_panic_info);
+    };
+    (format) => {
+        $crate::gpu_panic_handler!(@with report_panic_info_formatted);
+    };
+    (@with $report:ident) => {
         #[cfg(target_arch = "nvptx64")]
         #[panic_handler]
         fn __gpu_rpc_panic_handler(info: &$crate::__private::core::panic::PanicInfo<'_>) -> ! {
@@ -1117,7 +1163,7 @@ macro_rules! gpu_panic_handler {
                     ],
                 )
             };
-            $crate::services::report_panic_info(info, block, thread);
+            $crate::services::$report(info, block, thread);
             // SAFETY: `trap` aborts the kernel; the launch reports an error.
             unsafe { __nv::trap() }
         }
@@ -1136,7 +1182,7 @@ macro_rules! gpu_panic_handler {
                 __amd::workitem_id_y(),
                 __amd::workitem_id_z(),
             ];
-            $crate::services::report_panic_info(info, block, thread);
+            $crate::services::$report(info, block, thread);
             // `s_sethalt 1` stops the wavefront; the queue reports an error.
             __amd::s_sethalt::<1>()
         }

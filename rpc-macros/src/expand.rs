@@ -308,7 +308,7 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
                 let j = usize_lit(i_out);
                 i_out += 1;
                 fill.push(quote!(::gpu_rpc::__private::put_len(&mut #block, #j, #id.len());));
-                outs.push(quote!(let #reply = #reply.out(#id);));
+                outs.push(quote!(let #reply = #reply.out(&mut *#id);));
             }
             ArgKind::Value => {
                 let ty = &a.ty;
@@ -354,8 +354,10 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
             #[inline]
             #many
             pub fn #ident(&self, #(#params),*) {
-                #send
-                #call.finish_async();
+                self.client.call(#rpc::#c, || {
+                    #send
+                    #call.finish_async();
+                })
             }
         };
     }
@@ -371,10 +373,14 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
                 #[doc = ""]
                 #[doc = #doc]
                 #[inline]
+                #[track_caller]
                 #many
                 pub fn #ident(&self, #(#params),*) -> ! {
-                    #send
-                    #wait
+                    let #result = self.client.call(#rpc::#c, || {
+                        #send
+                        #wait
+                        #result
+                    });
                     match #result {
                         #ok(()) => ::gpu_rpc::call::halt(),
                         #err_path(#err) => ::gpu_rpc::call::fail(#err),
@@ -411,6 +417,7 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
                 #[doc = ""]
                 #[doc = #doc]
                 #[inline]
+                #[track_caller]
                 #many
                 pub fn #ident(&self, #(#params),*) #ret_arrow {
                     match self.#try_ident(#(#names),*) {
@@ -423,9 +430,11 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
                 #[inline]
                 #many
                 pub fn #try_ident(&self, #(#params),*) -> #try_ret {
-                    #send
-                    #wait
-                    #finish
+                    self.client.call(#rpc::#c, || {
+                        #send
+                        #wait
+                        #finish
+                    })
                 }
             }
         }

@@ -161,6 +161,17 @@ pub struct CallDesc {
 }
 
 impl CallDesc {
+    /// The key lanes are grouped by for this call (opcode and signature): lanes
+    /// with different keys never share a port (see the
+    /// [lane rules](crate::lanes#the-lane-rules)).
+    ///
+    /// ```
+    /// assert_eq!(rpc_runtime::call::NOOP_DESC.group_key() >> 32, 1);
+    /// ```
+    pub const fn group_key(&self) -> u64 {
+        (self.opcode as u64) << 32 | self.signature as u64
+    }
+
     /// Bytes of the argument block (lengths, counts, arguments).
     pub const fn block_len(&self) -> usize {
         8 * (self.in_streams as usize + self.out_elem_sizes.len()) + self.arg_bytes as usize
@@ -357,14 +368,25 @@ pub struct ClientReply<'p, 'a> {
 }
 
 impl<'a> Client<'a> {
-    /// Start the call `desc`: open a port for its opcode and send the frame
-    /// with `block` (this lane's argument block, `desc.block_len()` bytes).
+    /// Run `f`, which makes the call `desc` (from [`begin`](Self::begin) to
+    /// `close`), such that the lanes running it together all make this call:
+    /// [`lanes::split_by`] keyed by [`CallDesc::group_key`]. Generated stubs
+    /// wrap every call in it; needed on AMDGCN, free elsewhere.
+    #[inline(always)]
+    pub fn call<R>(&self, desc: &'static CallDesc, f: impl FnMut() -> R) -> R {
+        lanes::split_by(desc.group_key(), f)
+    }
+
+    /// Start the call `desc`: open a port for its opcode (grouping this lane
+    /// with the active lanes making the same call) and send the frame with
+    /// `block` (this lane's argument block, `desc.block_len()` bytes).
     #[inline]
     pub fn begin<'p>(&'p self, desc: &'static CallDesc, block: &[u8]) -> ClientCall<'p, 'a> {
         debug_assert_eq!(block.len(), desc.block_len());
         let word = desc.frame_word().pack();
         let words = 1 + block.len().min(FIRST_PAYLOAD).div_ceil(8);
-        let port = self.open(desc.opcode).send_words(words, |b| {
+        let port = self.open_keyed(desc.opcode, desc.group_key(), lanes::warp_hint());
+        let port = port.send_words(words, |b| {
             b.data[0] = word;
             fill_block(0, block, b);
         });
@@ -377,12 +399,14 @@ impl<'a> Client<'a> {
     /// trip of the benchmarks.
     #[inline]
     pub fn noop(&self, x: u64) -> Result<u64, CallError> {
-        let call = self.begin(&NOOP_DESC, &x.to_le_bytes());
-        let mut ret = [0u8; 8];
-        let reply = call.reply(&mut ret);
-        let r = reply.result().map(|()| u64::from_le_bytes(ret));
-        reply.close();
-        r
+        self.call(&NOOP_DESC, || {
+            let call = self.begin(&NOOP_DESC, &x.to_le_bytes());
+            let mut ret = [0u8; 8];
+            let reply = call.reply(&mut ret);
+            let r = reply.result().map(|()| u64::from_le_bytes(ret));
+            reply.close();
+            r
+        })
     }
 }
 
@@ -408,10 +432,21 @@ impl<'p, 'a> ClientCall<'p, 'a> {
         let port = self.port.send_packets(stream_packets(bytes), |i, b| {
             let start = i as usize * BUFFER_BYTES;
             let end = (start + BUFFER_BYTES).min(bytes as usize);
-            let dst = &mut b.bytes_mut()[..end - start];
+            // `get`: `start < end <= bytes` whenever `fill` runs, but the
+            // compiler cannot see it, and a panic branch here would put a
+            // cycle (panic handler -> report -> stream -> panic) in the call
+            // graph of every kernel, which costs ptxas's worst-case registers.
             match raw {
-                Some(r) => dst.copy_from_slice(&r[start..end]),
-                None => encode_range(items, start, dst),
+                Some(r) => {
+                    if let Some(src) = r.get(start..end) {
+                        copy_into_buffer(src, b)
+                    }
+                }
+                None => {
+                    if let Some(dst) = b.bytes_mut().get_mut(..end - start) {
+                        encode_range(items, start, dst)
+                    }
+                }
             }
         });
         ClientCall { port, desc: self.desc }
@@ -447,6 +482,49 @@ impl<'p, 'a> ClientCall<'p, 'a> {
             detail: (word >> 32) as u32,
             desc: self.desc,
         }
+    }
+}
+
+/// Copy `src` (at most 64 bytes) to the start of `b`: whole `u64`s while
+/// `src` is 8-byte aligned (NVPTX has no unaligned loads: a byte-wise copy of
+/// a packet is 64 loads), then bytes. Panic-free, so the panic handler's
+/// report path, which streams strings, cannot re-enter the handler.
+#[inline(always)]
+pub fn copy_into_buffer(src: &[u8], b: &mut Buffer) {
+    let n = src.len().min(BUFFER_BYTES);
+    let p = src.as_ptr();
+    let mut k = 0;
+    if (p as usize) % 8 == 0 {
+        for (w, slot) in b.data.iter_mut().enumerate().take(n / 8) {
+            // SAFETY: `8 * (w + 1) <= n <= src.len()` and `p + 8 * w` is
+            // 8-aligned (`p` is): an in-bounds aligned `u64` read.
+            *slot = u64::from_le(unsafe { (p.add(8 * w) as *const u64).read() });
+        }
+        k = n / 8 * 8;
+    }
+    for (d, s) in b.bytes_mut().iter_mut().zip(src).skip(k) {
+        *d = *s;
+    }
+}
+
+/// Copy the first `dst.len()` (at most 64) bytes of `b` to `dst`: the inverse
+/// of [`copy_into_buffer`], likewise panic-free.
+#[inline(always)]
+pub fn copy_from_buffer(b: &Buffer, dst: &mut [u8]) {
+    let n = dst.len().min(BUFFER_BYTES);
+    let p = dst.as_mut_ptr();
+    let mut k = 0;
+    if (p as usize) % 8 == 0 {
+        for (w, word) in b.data.iter().enumerate().take(n / 8) {
+            // SAFETY: `8 * (w + 1) <= n <= dst.len()` and `p + 8 * w` is
+            // 8-aligned: an in-bounds aligned `u64` write to memory `dst`
+            // borrows uniquely.
+            unsafe { (p.add(8 * w) as *mut u64).write(word.to_le()) };
+        }
+        k = n / 8 * 8;
+    }
+    for (d, s) in dst.iter_mut().zip(b.bytes()).skip(k) {
+        *d = *s;
     }
 }
 
@@ -510,7 +588,7 @@ impl<'p, 'a> ClientReply<'p, 'a> {
             Some(raw) => port.recv_packets(packets, |i, b| {
                 let start = i as usize * BUFFER_BYTES;
                 let n = (raw.len() - start).min(BUFFER_BYTES);
-                raw[start..start + n].copy_from_slice(&b.bytes()[..n]);
+                copy_from_buffer(b, &mut raw[start..start + n]);
             }),
             None => port.recv_packets(packets, |i, b| {
                 let first = i as usize * per;
@@ -537,12 +615,31 @@ impl<'p, 'a> ClientReply<'p, 'a> {
 }
 
 /// Called by generated stubs when a call fails and the caller used the
-/// panicking form: panics with the error's message (on a GPU this traps; with
-/// the standard services' panic handler the message reaches the host).
+/// panicking form: panics at the caller's location (the stubs are
+/// `#[track_caller]`). On the host the message is the error's `Display`
+/// (service, method, opcode, status). On a GPU it is a literal naming the
+/// status, so that a panic handler without `core::fmt` (the standard one)
+/// reports it whole; the caller's file and line name the call.
 #[cold]
 #[inline(never)]
+#[track_caller]
 pub fn fail(err: CallError) -> ! {
-    panic!("{}", err)
+    #[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
+    panic!("{}", err);
+    #[cfg(any(target_arch = "nvptx64", target_arch = "amdgpu"))]
+    match err.status {
+        Status::Ok => panic!("gpu_rpc: call failed with status ok"),
+        Status::UnknownOpcode => panic!("gpu_rpc: call failed: unknown opcode: no service on the host handles it"),
+        Status::SignatureMismatch => {
+            panic!("gpu_rpc: call failed: signature mismatch: host and kernel were built from different definitions")
+        }
+        Status::HandlerPanicked => panic!("gpu_rpc: call failed: the host implementation panicked"),
+        Status::InvalidArgument => panic!("gpu_rpc: call failed: invalid argument"),
+        Status::TooLarge => panic!("gpu_rpc: call failed: argument over the server's size limit"),
+        Status::BadFrame => panic!("gpu_rpc: call failed: malformed call frame"),
+        Status::InvalidLaneMask => panic!("gpu_rpc: call failed: invalid lane mask"),
+        Status::Unknown => panic!("gpu_rpc: call failed: unknown status"),
+    }
 }
 
 /// End this lane after a `-> !` method returned from the host.

@@ -1,15 +1,51 @@
 //! Warp / wavefront operations the protocol needs, one implementation per
-//! target:
+//! target, and **the lane rules** every caller of them follows.
 //!
 //! | target            | lanes | implementation                                  |
 //! |-------------------|-------|-------------------------------------------------|
-//! | `nvptx64`         | 32    | PTX inline assembly (`activemask`, `vote.sync`, `shfl.sync`, `bar.warp.sync`) |
+//! | `nvptx64`         | 32    | PTX inline assembly (`activemask`, `match.any.sync`, `vote.sync`, `shfl.sync`, `bar.warp.sync`) |
 //! | `amdgpu`          | 64    | LLVM AMDGPU intrinsics (`ballot`, `readlane`, `mbcnt`); wave32 GPUs use the lower half |
 //! | everything else   | 1     | the calling host thread is a one-lane warp       |
 //!
-//! All functions are *convergent*: every lane named in `mask` must call them
-//! together. The protocol calls them with the mask captured when a port was
-//! opened, so divergent and partial warps work.
+//! # The lane rules
+//!
+//! A *group* is the set of lanes that make one call together: they open one
+//! port, write one header, fill their own slots of its packets, flip its
+//! outbox and read its reply. The protocol is correct only if the lanes of a
+//! group agree on everything the group shares, so:
+//!
+//! 1. **A group is formed by a warp operation, never assumed.** Under
+//!    independent thread scheduling (NVIDIA sm_70 and newer) `activemask`
+//!    names the lanes executing *this instruction now*; they may have come
+//!    from different branches, loop iterations or call sites (a compiler may
+//!    share one copy of the call path between call sites). [`group_mask`]
+//!    therefore narrows the active lanes to those passing the same key (the
+//!    call's opcode and signature) with `match.any.sync`: lanes making
+//!    different calls never share a port. On AMDGCN a wavefront's lanes run in
+//!    lock step and have no such instruction; [`split_by`] runs the call once
+//!    per key, one group at a time, and the generated stubs wrap every call
+//!    in it (on NVPTX and the host it just runs the call).
+//! 2. **Every value the group shares is agreed by a warp operation**: the port
+//!    index, the lock's result and the mailbox words the group acts on are
+//!    [`broadcast`] from the group's first lane; per-lane packet counts are
+//!    turned into one count with [`ballot`]. No lane acts on a value only it
+//!    computed when the others must act the same way.
+//! 3. **The flip that publishes a packet waits for the whole group**: every
+//!    lane writes its own slot, the group meets at [`sync`] (`bar.warp.sync`,
+//!    which also orders the lanes' memory accesses), then a release fence and
+//!    **one** lane's store hand the packet over. After seeing the other side's
+//!    flip the group fences (acquire) and meets at [`sync`] again before any
+//!    lane reads its slot.
+//! 4. **A group keeps its mask for the whole call.** Every warp operation of a
+//!    call names that mask; all its lanes execute the same sequence of them
+//!    (same method, same counts), possibly from different instructions, which
+//!    `.sync` operations allow on sm_70+. Lanes outside the mask (other groups,
+//!    lanes that exited or never called) are never waited for.
+//!
+//! These are the rules LLVM libc's GPU RPC came to as well (llvm-project
+//! PR #182211). `examples/gpu` runs a randomized conformance suite of
+//! divergent kernels against them on real GPUs (`gpu_conform`), and the
+//! CPU tests check the same code paths with one-lane warps.
 //!
 //! ```
 //! use rpc_runtime::lanes;
@@ -19,6 +55,8 @@
 //! assert!(lanes::is_first_lane(mask));
 //! assert_eq!(lanes::ballot(mask, true), 1);
 //! assert_eq!(lanes::broadcast(mask, 7), 7);
+//! assert_eq!(lanes::group_mask(0x1_0000), 1);
+//! assert_eq!(lanes::split_by(3, || 40 + 2), 42);
 //! ```
 
 #[cfg(target_arch = "nvptx64")]
@@ -83,6 +121,32 @@ mod imp {
     pub fn sync(mask: u64) {
         // SAFETY: a warp barrier among the lanes in `mask`, which all call this.
         unsafe { asm!("bar.warp.sync {0};", in(reg32) mask as u32, options(nostack, preserves_flags)) };
+    }
+
+    #[inline(always)]
+    pub fn group_mask(key: u64) -> u64 {
+        let m: u32;
+        // SAFETY: `activemask` reads the warp's execution state; `match.any.sync`
+        // (sm_70+) among exactly those lanes, which all execute it now, returns
+        // to each lane the lanes of the mask whose `key` equals its own. No
+        // memory is touched.
+        unsafe {
+            asm!(
+                "{{ .reg .b32 a; activemask.b32 a; match.any.sync.b64 {m}, {k}, a; }}",
+                m = out(reg32) m,
+                k = in(reg64) key,
+                options(nomem, nostack, preserves_flags)
+            )
+        };
+        m as u64
+    }
+
+    #[inline(always)]
+    pub fn split_by<R>(_key: u64, mut f: impl FnMut() -> R) -> R {
+        // Groups are formed by `match.any.sync` when the port is opened; lanes
+        // of different groups may then run the call side by side, each group
+        // naming only its own lanes in every warp operation.
+        f()
     }
 
     #[inline(always)]
@@ -204,6 +268,35 @@ mod imp {
         // moving memory operations across it. No memory is touched.
         unsafe { wave_barrier() }
     }
+
+    #[inline(always)]
+    fn broadcast64(mask: u64, x: u64) -> u64 {
+        broadcast(mask, x as u32) as u64 | (broadcast(mask, (x >> 32) as u32) as u64) << 32
+    }
+
+    #[inline(always)]
+    pub fn group_mask(key: u64) -> u64 {
+        // Lock step: the active lanes are the group, provided they agree on
+        // the key, which `split_by` (around every generated call) ensures.
+        // Lanes that do not agree are left out of the mask; see `open`'s
+        // contract for raw port users.
+        let mask = lane_mask();
+        ballot(mask, key == broadcast64(mask, key))
+    }
+
+    #[inline(always)]
+    pub fn split_by<R>(key: u64, mut f: impl FnMut() -> R) -> R {
+        // Peel one group per round: the first active lane's key, the lanes
+        // that share it run `f` (the branch's EXEC mask is exactly them) and
+        // leave; the others go round again. `f` runs inside the divergent
+        // branch, so no two groups ever run it together.
+        loop {
+            let mask = lane_mask();
+            if key == broadcast64(mask, key) {
+                break f();
+            }
+        }
+    }
     #[inline(always)]
     pub fn sleep_briefly() {
         // SAFETY: `s_sleep 1` suspends this wavefront for about 64 clocks.
@@ -255,6 +348,14 @@ mod imp {
     }
     #[inline(always)]
     pub fn sync(_mask: u64) {}
+    #[inline(always)]
+    pub fn group_mask(_key: u64) -> u64 {
+        1
+    }
+    #[inline(always)]
+    pub fn split_by<R>(_key: u64, mut f: impl FnMut() -> R) -> R {
+        f()
+    }
     #[inline(always)]
     pub fn sleep_briefly() {
         #[cfg(feature = "std")]
@@ -324,6 +425,25 @@ pub fn broadcast(mask: u64, x: u32) -> u32 {
 #[inline(always)]
 pub fn sync(mask: u64) {
     imp::sync(mask)
+}
+
+/// The lanes executing this call together whose `key` equals this lane's:
+/// the mask of this lane's group (rule 1 of the [lane rules](self)).
+/// `match.any.sync` on NVPTX; on AMDGCN the active lanes that share the first
+/// active lane's key (inside [`split_by`] that is all of them); `1` on the host.
+#[inline(always)]
+pub fn group_mask(key: u64) -> u64 {
+    imp::group_mask(key)
+}
+
+/// Run `f` once on every active lane such that the lanes running it together
+/// agree on `key`. On AMDGCN, where a wavefront's lanes run in lock step, this
+/// peels one group of equal keys at a time; on NVPTX (where [`group_mask`]
+/// splits lanes at the port) and on the host it just runs `f`. The generated
+/// stubs wrap every call in it, keyed by the call's opcode and signature.
+#[inline(always)]
+pub fn split_by<R>(key: u64, f: impl FnMut() -> R) -> R {
+    imp::split_by(key, f)
 }
 
 /// True on the lowest-numbered lane of `mask`.

@@ -40,7 +40,15 @@
 //!
 //! Within one side, several warps (or server threads) compete for a port; the
 //! side-local lock bit decides which one uses it. One lane takes the lock for
-//! the whole warp.
+//! the whole group of lanes making the call.
+//!
+//! # Lanes
+//!
+//! On a GPU the client is a *group* of lanes of one warp: the lanes that
+//! reach a call together with the same opcode. How a group is formed and
+//! what its lanes must agree on is stated once, in the
+//! [lane rules](crate::lanes#the-lane-rules); every step below names the
+//! group's mask and follows them.
 //!
 //! # The state machine
 //!
@@ -571,18 +579,24 @@ impl<'a, S: Side> Process<'a, S> {
         inbox != want
     }
 
-    /// Hand the buffer to the other side.
+    /// Hand the buffer to the other side (lane rule 3: the whole group has
+    /// written its slots before one lane flips).
     #[inline(always)]
     fn invert_outbox(&self, mask: u64, index: u32, out: u32) -> u32 {
         let flipped = out ^ 1;
-        // Release (system scope on GPUs): every write this lane made to the
-        // packet and header becomes visible before the flipped outbox is. Each
-        // lane fences and stores the same value (as LLVM libc does), so each
-        // lane's own buffer writes are ordered by its own fence.
+        // Every lane of the group has written its slot: `bar.warp.sync` waits
+        // for them and orders their writes before what follows on any of them.
+        lanes::sync(mask);
+        // Release (system scope on GPUs): the group's packet and header writes,
+        // ordered before this point by the barrier, become visible before the
+        // flipped outbox is (the fence is cumulative).
         fence(Ordering::Release);
-        // Relaxed store: ordered by the fence above; a plain store keeps the
-        // single-writer rule (no read-modify-write on shared memory).
-        self.outbox(index).store(flipped, Ordering::Relaxed);
+        if lanes::is_first_lane(mask) {
+            // Relaxed store: ordered by the fence above; a plain store keeps the
+            // single-writer rule (no read-modify-write on shared memory). One
+            // lane stores, so no lane can publish before the group is done.
+            self.outbox(index).store(flipped, Ordering::Relaxed);
+        }
         if !S::INVERT {
             // Keep the device-local copy of the client outbox in step, so
             // opening a port never reads the outbox back over the bus.
@@ -608,8 +622,11 @@ impl<'a, S: Side> Process<'a, S> {
         }
         // Acquire (system scope): the other side's packet writes, published by
         // its release fence before its outbox flip, are visible to the reads
-        // that follow.
+        // that follow. The flip was seen by the group's first lane (its load
+        // was broadcast); the barrier after the fences extends that to every
+        // lane of the group before any reads its slot (lane rule 3).
         fence(Ordering::Acquire);
+        lanes::sync(mask);
         Ok(())
     }
 
@@ -779,14 +796,28 @@ impl<'a> Client<'a> {
     /// `desc` must describe a live region and lock array (see [`ClientDesc`]);
     /// `desc.lane_size` must be this target's [`lanes::LANE_SIZE`] or larger.
     pub unsafe fn from_desc(desc: &ClientDesc) -> Client<'static> {
-        let layout = match Layout::new(desc.port_count, desc.lane_size) {
-            Some(l) => l,
+        // SAFETY: the caller's contract.
+        match unsafe { Self::try_from_desc(desc) } {
+            Some(c) => c,
             None => panic!("gpu_rpc: invalid client descriptor"),
-        };
+        }
+    }
+
+    /// [`from_desc`](Self::from_desc), or `None` (instead of a panic) when
+    /// the port count or lane size is out of range.
+    ///
+    /// # Safety
+    /// As [`from_desc`](Self::from_desc).
+    pub unsafe fn try_from_desc(desc: &ClientDesc) -> Option<Client<'static>> {
+        let layout = Layout::new(desc.port_count, desc.lane_size)?;
         // SAFETY: the caller guarantees the region and locks are live.
         unsafe {
             let parts = Parts::from_region(desc.shared as usize as *mut u8, layout);
-            Client::from_parts(layout, parts, desc.locks as usize as *const AtomicU32)
+            Some(Client::from_parts(
+                layout,
+                parts,
+                desc.locks as usize as *const AtomicU32,
+            ))
         }
     }
 
@@ -796,21 +827,40 @@ impl<'a> Client<'a> {
     }
 
     /// Open a port for `opcode`, starting the scan at this warp's hint so warps
-    /// spread over ports. Spins until a port is free. All lanes of the calling
-    /// warp that are active together take part.
+    /// spread over ports. Spins until a port is free.
+    ///
+    /// The lanes that take part are this lane's *group*: the lanes executing
+    /// this call together that open the same `opcode` ([`lanes::group_mask`]);
+    /// they must then make the same sequence of port calls (see the
+    /// [lane rules](crate::lanes#the-lane-rules)). On AMDGCN, whose lanes run
+    /// in lock step, lanes active together must open the same opcode: wrap the
+    /// call in [`lanes::split_by`] when they may not (generated stubs do).
     #[inline]
     pub fn open(&self, opcode: u32) -> Port<'_, 'a, ClientSide, Fresh> {
         self.open_from(opcode, lanes::warp_hint())
     }
 
-    /// [`open`](Self::open), starting the scan at port `start % port_count`.
+    /// [`open`](Self::open), starting the scan at port `start % port_count`
+    /// (the group's first lane's `start`).
     #[inline]
     pub fn open_from(&self, opcode: u32, start: u32) -> Port<'_, 'a, ClientSide, Fresh> {
+        self.open_keyed(opcode, opcode as u64, start)
+    }
+
+    /// [`open_from`](Self::open_from), grouping lanes by `key` instead of the
+    /// opcode (a call's stub keys by opcode and signature).
+    #[inline]
+    pub fn open_keyed(&self, opcode: u32, key: u64, start: u32) -> Port<'_, 'a, ClientSide, Fresh> {
         let n = self.p.layout.port_count;
-        let mut index = start % n;
+        // Lane rule 1: the group is the active lanes with this key, fixed for
+        // the whole call. Rule 2: they scan from one agreed index.
+        let mask = lanes::group_mask(key);
+        let first = lanes::broadcast(mask, start) % n;
+        let mut index = first;
         let mut backoff = Backoff::new();
         loop {
-            let mask = lanes::lane_mask();
+            // Every branch below depends only on values broadcast from the
+            // group's first lane, so the group's lanes stay on one index.
             if let Some(state) = self.p.try_lock(mask, index) {
                 // The outbox from its device-local copy; the inbox only when
                 // the last holder did not leave the port known idle (a
@@ -845,7 +895,7 @@ impl<'a> Client<'a> {
             if index == n {
                 index = 0;
             }
-            if cfg!(loom) || index == start % n {
+            if cfg!(loom) || index == first {
                 backoff.snooze();
             }
         }
