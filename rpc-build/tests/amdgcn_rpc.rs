@@ -188,14 +188,22 @@ fn check(scope: &Scope) {
         "mailbox value not broadcast with v_readlane:\n{dump}"
     );
 
-    // Release: write back L2, wait, then the outbox flip (a plain dword store).
+    // Release: write back L2, wait, then the outbox flip: a plain dword store,
+    // the first memory access after the wait. One lane stores it, so the exec
+    // mask is narrowed (`s_and_saveexec`, a branch over the store) in between.
+    let memory = |i: &str| {
+        ["flat_", "global_", "buffer_", "scratch_", "s_load", "s_store"]
+            .iter()
+            .any(|p| i.starts_with(p))
+    };
     let mut releases = 0;
     for (at, _) in f.iter().enumerate().filter(|(_, i)| *i == scope.release) {
-        let next = &f[at + 1..(at + 4).min(f.len())];
+        let next = &f[at + 1..(at + 24).min(f.len())];
         if next.first().is_some_and(|i| i.starts_with("s_waitcnt vmcnt(0)"))
             && next
                 .iter()
-                .any(|i| i.starts_with("flat_store_dword ") || i.starts_with("global_store_dword "))
+                .find(|i| memory(i))
+                .is_some_and(|i| i.starts_with("flat_store_dword ") || i.starts_with("global_store_dword "))
         {
             releases += 1;
         }
