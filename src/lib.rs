@@ -61,6 +61,8 @@
 extern crate self as gpu_rpc;
 
 pub use rpc_macros::{gpu_rpc, Wire};
+#[doc(hidden)]
+pub use rpc_macros::__print;
 pub use rpc_runtime::*;
 
 pub mod services;

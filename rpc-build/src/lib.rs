@@ -413,6 +413,57 @@ pub struct DeviceBuild {
     rustflags: Vec<String>,
     features: Vec<String>,
     no_default_features: bool,
+    max_registers: Option<u32>,
+    kernel_max_registers: Vec<(String, u32)>,
+}
+
+/// The register limit [`DeviceBuild`] gives every NVPTX kernel by default:
+/// 64, the most a thread may use for a block of 1024 threads to fit an SM's
+/// 65 536 registers. See [`DeviceBuild::max_registers`].
+pub const DEFAULT_MAX_REGISTERS: u32 = 64;
+
+/// Give each `.entry` of `ptx` a `.maxnreg` directive: `per_kernel`'s limit
+/// for kernels it names, else `default` (none when `None`). Entries that
+/// already carry a `.maxnreg` keep it.
+///
+/// ```
+/// let ptx = ".visible .entry k(\n\t.param .u64 p\n)\n{\n\tret;\n}\n.visible .entry saxpy()\n{\n\tret;\n}\n";
+/// let out = rpc_build::cap_registers(ptx, Some(64), &[("saxpy".into(), 24)]);
+/// assert!(out.contains(".entry k(\n\t.param .u64 p\n)\n.maxnreg 64\n{"));
+/// assert!(out.contains(".entry saxpy()\n.maxnreg 24\n{"));
+/// assert_eq!(rpc_build::cap_registers(&out, Some(32), &[]), out);
+/// ```
+pub fn cap_registers(ptx: &str, default: Option<u32>, per_kernel: &[(String, u32)]) -> String {
+    let mut out = String::with_capacity(ptx.len() + 64);
+    let mut rest = ptx;
+    while let Some(at) = rest.find(".entry ") {
+        let (head, tail) = rest.split_at(at);
+        out.push_str(head);
+        let name_end = tail[7..]
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
+            .map_or(tail.len(), |e| e + 7);
+        let name = &tail[7..name_end];
+        // The directives go between the parameter list and the body.
+        let Some(open) = tail.find('{') else {
+            out.push_str(tail);
+            return out;
+        };
+        let header = &tail[..open];
+        out.push_str(header.trim_end());
+        let limit = per_kernel
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, n)| *n)
+            .or(default);
+        match limit {
+            Some(n) if !header.contains(".maxnreg") => out.push_str(&format!("\n.maxnreg {n}\n")),
+            _ => out.push_str(&header[header.trim_end().len()..]),
+        }
+        rest = &tail[open..];
+    }
+    out.push_str(rest);
+    out
 }
 
 impl DeviceBuild {
@@ -434,7 +485,43 @@ impl DeviceBuild {
             rustflags: Vec::new(),
             features: Vec::new(),
             no_default_features: false,
+            max_registers: Some(DEFAULT_MAX_REGISTERS),
+            kernel_max_registers: Vec::new(),
         }
+    }
+
+    /// Limits the registers of every NVPTX kernel (a `.maxnreg` directive on
+    /// each entry of the PTX; default [`DEFAULT_MAX_REGISTERS`], `None` for no
+    /// limit). Ignored for AMDGCN.
+    ///
+    /// Why a limit: ptxas gives a kernel the registers of the hungriest
+    /// function it can reach, cold ones included (a panic report, a print);
+    /// without a limit those can lift a kernel past 64 registers, and then a
+    /// block of 1024 threads does not launch. Under the limit, code that needs
+    /// more spills to local memory; gpu_rpc's call path fits 64 without
+    /// spilling (CI checks the example kernels with ptxas). A kernel whose own
+    /// code needs more should get its own limit
+    /// ([`kernel_max_registers`](Self::kernel_max_registers)) or none.
+    ///
+    /// ```no_run
+    /// let build = rpc_build::DeviceBuild::new("kernels").max_registers(None);
+    /// ```
+    pub fn max_registers(mut self, limit: Option<u32>) -> Self {
+        self.max_registers = limit;
+        self
+    }
+
+    /// Limits the registers of the NVPTX kernel `kernel` to `limit`, over
+    /// [`max_registers`](Self::max_registers): for example a memory-bound
+    /// kernel with a rare `gpu_println!`, held at the registers its hot loop
+    /// needs so the print's cold path cannot lower its occupancy.
+    ///
+    /// ```no_run
+    /// let build = rpc_build::DeviceBuild::new("kernels").kernel_max_registers("saxpy", 24);
+    /// ```
+    pub fn kernel_max_registers(mut self, kernel: impl Into<String>, limit: u32) -> Self {
+        self.kernel_max_registers.push((kernel.into(), limit));
+        self
     }
 
     /// Sets the GPU (default `Target::Nvptx { sm: 90 }`).
@@ -645,9 +732,20 @@ impl DeviceBuild {
                 crate_dir: crate_dir.clone(),
                 extension: rustc_ext,
             })?;
-        let path = built.with_extension(self.target.extension());
+        let mut path = built.with_extension(self.target.extension());
         if path != built {
             copy_atomically(&built, &path)?;
+        }
+        if matches!(self.target, Target::Nvptx { .. })
+            && (self.max_registers.is_some() || !self.kernel_max_registers.is_empty())
+        {
+            // A new file, so that the limits always apply to rustc's own output.
+            let text =
+                fs::read_to_string(&path).map_err(|e| BuildError::io(format!("reading {}", path.display()), e))?;
+            let capped = path.with_extension("limited.ptx");
+            fs::write(&capped, cap_registers(&text, self.max_registers, &self.kernel_max_registers))
+                .map_err(|e| BuildError::io(format!("writing {}", capped.display()), e))?;
+            path = capped;
         }
         check_artifact(&path, &self.target)?;
 
