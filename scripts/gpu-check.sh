@@ -24,6 +24,9 @@ done
 step "gpu_check: seeds' test, port counts, partial warps, printing, streams"
 expect 0 "$dir/gpu_check"
 
+step "gpu_conform: randomized divergent-warp conformance suite (20 seeds x 7 block sizes, checked against a CPU model)"
+expect 0 "$dir/gpu_conform"
+
 step "hello_gpu (expects exit code 3)"
 expect 3 "$dir/hello_gpu" --blocks 2 --threads 64
 

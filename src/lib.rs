@@ -60,6 +60,8 @@
 // them work inside this crate too (the `services` module uses them).
 extern crate self as gpu_rpc;
 
+#[doc(hidden)]
+pub use rpc_macros::__print;
 pub use rpc_macros::{gpu_rpc, Wire};
 pub use rpc_runtime::*;
 

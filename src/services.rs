@@ -69,6 +69,7 @@
 //! | `0x1_0002` | [`Std::exit`]                |
 //! | `0x1_0003` | [`Std::abort`]               |
 //! | `0x1_0004` | [`Std::report_panic`]        |
+//! | `0x1_0005` | [`Std::print`]               |
 //! | `0x1_0010` | [`Std::open`]                |
 //! | `0x1_0011` | [`Std::read`]                |
 //! | `0x1_0012` | [`Std::write_fd`]            |
@@ -78,25 +79,39 @@
 //!
 //! # Printing
 //!
-//! A print macro formats with `core::fmt` **on the device** into a buffer of
-//! [`LINE_MAX`] (512) bytes on the lane's stack, then makes **one**
-//! [`Std::write`] call with the bytes: the host writes them to its sink as
-//! they are (no format string is parsed on the host). A line is therefore
-//! never interleaved with another lane's. The server runs a warp's lanes in
-//! lane order within one call, so the lines a warp prints together arrive in
-//! lane order; lines of different warps arrive in whatever order the server
-//! finds them. A line longer than [`LINE_MAX`] (newline included) is cut at a
-//! character boundary and ends with [`TRUNCATION_MARKER`] (`"…[truncated]"`),
-//! so the whole line, marker and newline included, is at most 512 bytes.
+//! The print macros format **on the host**. At compile time the macro checks
+//! the format string (Rust's syntax: positional, named and captured
+//! arguments, fill, alignment, sign, `#`, `0`, width, precision, and the
+//! types none, `?`, `x`, `X`, `o`, `b`, `e`, `E`, `x?`, `X?`; widths and
+//! precisions given at run time with `$` or `*` are refused) and normalizes
+//! it. At run time the device packs each value into two words (integers,
+//! floats, `bool`, `char`, `str`, [`IoError`]: see [`DevicePrint`]) and makes
+//! **one** [`Std::print`] call; the host formats the line with `std`'s own
+//! formatting (so `{}` of an `f32` prints exactly what `println!` prints) and
+//! writes it to its sink in one piece: a line is never interleaved with
+//! another lane's. No `core::fmt` runs on the device, which keeps a print's
+//! register cost small (README "Device footprint"). The server runs a warp's
+//! lanes in lane order within one call, so the lines a warp prints together
+//! arrive in lane order; lines of different warps arrive in whatever order
+//! the server finds them. A line longer than [`LINE_MAX`] (512) bytes,
+//! newline included, is cut at a character boundary and ends with
+//! [`TRUNCATION_MARKER`] (`"…[truncated]"`).
+//!
+//! To print a type of your own, implement [`DevicePrint`] for it, or format
+//! it on the device with [`print_fmt`] (`core::fmt`, into a [`LINE_MAX`]-byte
+//! buffer on the lane's stack: every kernel that can reach it pays
+//! `core::fmt`'s registers).
 //!
 //! Each print is a synchronous call: when the macro returns the host has
 //! written the line, so a later [`exit`] cannot overtake it.
 //!
 //! # Stack
 //!
-//! Formatting on the device uses the thread's stack: a print needs its
-//! [`LINE_MAX`]-byte buffer plus `core::fmt`'s frames, the panic handler a
-//! [`PANIC_MESSAGE_MAX`]-byte buffer plus the panic machinery's. Measured on
+//! Formatting on the device ([`print_fmt`], `gpu_panic_handler!(format)`)
+//! uses the thread's stack: its [`LINE_MAX`]-byte buffer plus `core::fmt`'s
+//! frames, the panic handler a [`PANIC_MESSAGE_MAX`]-byte buffer plus the
+//! panic machinery's. A print macro needs at most a [`LINE_MAX`]-byte buffer
+//! (only when it sends several strings). Measured on
 //! an H200 (sm_90, release build): a simple `gpu_println!` fits CUDA's
 //! default per-thread stack of 1 KiB, the demo kernels' prints (with `{:?}`
 //! of the arguments) need up to 1.5 KiB, and the panic handler up to 2 KiB.
@@ -119,9 +134,13 @@ use crate::protocol::{Client, ClientDesc};
 use crate::{gpu_rpc, CallError, Wire};
 
 #[cfg(feature = "std")]
+mod format;
+#[cfg(feature = "std")]
 mod host;
+mod print;
 #[cfg(feature = "std")]
 pub use host::{Capture, DevicePanic, ExitMode, FileAccess, StdHost, StdHostConfig, MAX_RECORDED_PANICS};
+pub use print::{print_host, DevicePrint, PrintArg, PrintKind, MAX_PRINT_ARGS, PRINT_NEWLINE, PRINT_TEXT_CUT};
 
 /// The opcodes reserved for [`Std`]: `0x1_0000..0x1_0100`.
 ///
@@ -299,6 +318,17 @@ pub trait Std {
     /// line.
     #[gpu_rpc(opcode = 0x1_0000)]
     fn write(&self, stream: Fd, bytes: &[u8]) -> Result<(), IoError>;
+
+    /// Format a print on the host and write it like [`write`](Std::write):
+    /// `format` is a format string normalized by the print macros (`{N:spec}`
+    /// placeholders only), `args` two words per value ([`PrintArg::words`]),
+    /// `text` the bytes of the `str` values back to back; `flags` holds
+    /// [`PRINT_NEWLINE`] and [`PRINT_TEXT_CUT`]. The line is cut at
+    /// [`LINE_MAX`] bytes as the macros document. `EINVAL` (nothing written)
+    /// for a malformed string or values; `EBADF` for an fd other than
+    /// stdout/stderr.
+    #[gpu_rpc(opcode = 0x1_0005)]
+    fn print(&self, stream: Fd, flags: u32, format: &str, args: &[u64], text: &[u8]) -> Result<(), IoError>;
 
     /// Flush the host's stdout or stderr sink (other fds give `EBADF`).
     #[gpu_rpc(opcode = 0x1_0001)]
@@ -607,6 +637,12 @@ impl<const N: usize> FmtBuf<N> {
         n == s.len()
     }
 
+    /// Mark the text as cut (as if something had been dropped), so that
+    /// [`finish`](Self::finish) ends it with [`TRUNCATION_MARKER`].
+    pub fn mark_truncated(&mut self) {
+        self.truncated = true;
+    }
+
     /// The finished text: if anything was dropped, or the newline would not
     /// fit, the text is cut at a character boundary and ends with
     /// [`TRUNCATION_MARKER`]; then a `'\n'` if `newline`. At most `N` bytes.
@@ -677,9 +713,26 @@ pub fn format_line<'b>(buf: &'b mut FmtBuf<LINE_MAX>, args: fmt::Arguments<'_>, 
     buf.finish(newline)
 }
 
-/// Format `args` on this lane (see [`format_line`]) and write the line to
-/// `stream` on the host with one [`Std::write`] call: what
-/// [`gpu_print!`](crate::gpu_print) and friends expand to.
+/// Format `args` **on this lane** with `core::fmt` (see [`format_line`]) and
+/// write the line to `stream` on the host with one [`Std::write`] call: for
+/// values without a [`DevicePrint`] impl. The print macros format on the
+/// host instead; `core::fmt` on a GPU costs every kernel that can reach it
+/// the registers of its hungriest formatter (about 170 on sm_90).
+///
+/// ```
+/// # use gpu_rpc::cpu::{run, Launch};
+/// # use gpu_rpc::server::{Dispatcher, ServerConfig};
+/// # use gpu_rpc::services::{self, Fd, StdHost, StdHostConfig, StdServer};
+/// # let (config, out, _) = StdHostConfig::default().capture();
+/// # let mut d = Dispatcher::new(ServerConfig::default());
+/// # d.add(StdServer(StdHost::new(config))).unwrap();
+/// # run(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
+/// #[derive(Debug)]
+/// struct Point { x: i32, y: i32 }
+/// services::print_fmt(Fd::STDOUT, format_args!("{:?}", Point { x: 1, y: 2 }), true);
+/// # })).unwrap();
+/// # assert_eq!(out.text(), "Point { x: 1, y: 2 }\n");
+/// ```
 ///
 /// The host's [`IoError`] (a failing sink) is ignored; a failed call (no
 /// client bound, the host does not serve [`Std`]) panics.
@@ -689,9 +742,10 @@ pub fn print_fmt(stream: Fd, args: fmt::Arguments<'_>, newline: bool) {
     let _ = with_std(|s| s.write(stream, line.as_bytes()));
 }
 
-/// Print to the host's stdout: `core::fmt` formatting on the device into a
-/// [`LINE_MAX`]-byte stack buffer, then one [`Std::write`] call (see
-/// [`services`](crate::services#printing)).
+/// Print to the host's stdout, formatted on the host: one [`Std::print`]
+/// call carrying the values (see [`services`](crate::services#printing) for
+/// the format syntax and the value types; a mistake in the string is a
+/// compile error, as with `print!`).
 ///
 /// ```
 /// # use gpu_rpc::cpu::{run, Launch};
@@ -708,11 +762,7 @@ pub fn print_fmt(stream: Fd, args: fmt::Arguments<'_>, newline: bool) {
 #[macro_export]
 macro_rules! gpu_print {
     ($($arg:tt)*) => {
-        $crate::services::print_fmt(
-            $crate::services::Fd::STDOUT,
-            $crate::__private::core::format_args!($($arg)*),
-            false,
-        )
+        $crate::__print!($crate::services::Fd::STDOUT, false; $($arg)*)
     };
 }
 
@@ -735,14 +785,10 @@ macro_rules! gpu_print {
 #[macro_export]
 macro_rules! gpu_println {
     () => {
-        $crate::services::print_fmt($crate::services::Fd::STDOUT, $crate::__private::core::format_args!(""), true)
+        $crate::services::print_host($crate::services::Fd::STDOUT, true, "", &[])
     };
     ($($arg:tt)*) => {
-        $crate::services::print_fmt(
-            $crate::services::Fd::STDOUT,
-            $crate::__private::core::format_args!($($arg)*),
-            true,
-        )
+        $crate::__print!($crate::services::Fd::STDOUT, true; $($arg)*)
     };
 }
 
@@ -763,11 +809,7 @@ macro_rules! gpu_println {
 #[macro_export]
 macro_rules! gpu_eprint {
     ($($arg:tt)*) => {
-        $crate::services::print_fmt(
-            $crate::services::Fd::STDERR,
-            $crate::__private::core::format_args!($($arg)*),
-            false,
-        )
+        $crate::__print!($crate::services::Fd::STDERR, false; $($arg)*)
     };
 }
 
@@ -788,14 +830,10 @@ macro_rules! gpu_eprint {
 #[macro_export]
 macro_rules! gpu_eprintln {
     () => {
-        $crate::services::print_fmt($crate::services::Fd::STDERR, $crate::__private::core::format_args!(""), true)
+        $crate::services::print_host($crate::services::Fd::STDERR, true, "", &[])
     };
     ($($arg:tt)*) => {
-        $crate::services::print_fmt(
-            $crate::services::Fd::STDERR,
-            $crate::__private::core::format_args!($($arg)*),
-            true,
-        )
+        $crate::__print!($crate::services::Fd::STDERR, true; $($arg)*)
     };
 }
 

@@ -674,8 +674,9 @@ fn opcodes_are_stable_and_in_the_reserved_block() {
     assert_eq!(
         StdRpc::OPCODES,
         &[
-            0x1_0000, 0x1_0001, 0x1_0002, 0x1_0003, 0x1_0004, 0x1_0010, 0x1_0011, 0x1_0012, 0x1_0013, 0x1_0020,
-            0x1_0030
+            // In declaration order: `print` (host-formatted) follows `write`.
+            0x1_0000, 0x1_0005, 0x1_0001, 0x1_0002, 0x1_0003, 0x1_0004, 0x1_0010, 0x1_0011, 0x1_0012, 0x1_0013,
+            0x1_0020, 0x1_0030
         ]
     );
     assert!(StdRpc::OPCODES.iter().all(|op| OPCODE_BLOCK.contains(op)));

@@ -75,6 +75,7 @@
 #![warn(missing_docs)]
 
 mod error;
+pub mod footprint;
 #[allow(dead_code)] // Also the `rpc-device-link` binary; not every item is used here.
 mod shim;
 mod toolchain;
@@ -86,6 +87,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub use error::BuildError;
+pub use footprint::{cap_registers, DEFAULT_MAX_REGISTERS};
 pub use toolchain::{Toolchain, ToolchainKind, ENV_CARGO, ENV_LLD, ENV_LLVM_BIN, ENV_RUSTC, ENV_RUSTUP_TOOLCHAIN};
 
 /// When set (to anything but `0` or the empty string),
@@ -413,6 +415,8 @@ pub struct DeviceBuild {
     rustflags: Vec<String>,
     features: Vec<String>,
     no_default_features: bool,
+    max_registers: Option<u32>,
+    kernel_max_registers: Vec<(String, u32)>,
 }
 
 impl DeviceBuild {
@@ -434,7 +438,43 @@ impl DeviceBuild {
             rustflags: Vec::new(),
             features: Vec::new(),
             no_default_features: false,
+            max_registers: Some(DEFAULT_MAX_REGISTERS),
+            kernel_max_registers: Vec::new(),
         }
+    }
+
+    /// Limits the registers of every NVPTX kernel (a `.maxnreg` directive on
+    /// each entry of the PTX; default [`DEFAULT_MAX_REGISTERS`], `None` for no
+    /// limit). Ignored for AMDGCN.
+    ///
+    /// Why a limit: ptxas gives a kernel the registers of the hungriest
+    /// function it can reach, cold ones included (a panic report, a print);
+    /// without a limit those can lift a kernel past 64 registers, and then a
+    /// block of 1024 threads does not launch. Under the limit, code that needs
+    /// more spills to local memory; gpu_rpc's call path fits 64 without
+    /// spilling (CI checks the example kernels with ptxas). A kernel whose own
+    /// code needs more should get its own limit
+    /// ([`kernel_max_registers`](Self::kernel_max_registers)) or none.
+    ///
+    /// ```no_run
+    /// let build = rpc_build::DeviceBuild::new("kernels").max_registers(None);
+    /// ```
+    pub fn max_registers(mut self, limit: Option<u32>) -> Self {
+        self.max_registers = limit;
+        self
+    }
+
+    /// Limits the registers of the NVPTX kernel `kernel` to `limit`, over
+    /// [`max_registers`](Self::max_registers): for example a memory-bound
+    /// kernel with a rare `gpu_println!`, held at the registers its hot loop
+    /// needs so the print's cold path cannot lower its occupancy.
+    ///
+    /// ```no_run
+    /// let build = rpc_build::DeviceBuild::new("kernels").kernel_max_registers("saxpy", 24);
+    /// ```
+    pub fn kernel_max_registers(mut self, kernel: impl Into<String>, limit: u32) -> Self {
+        self.kernel_max_registers.push((kernel.into(), limit));
+        self
     }
 
     /// Sets the GPU (default `Target::Nvptx { sm: 90 }`).
@@ -645,9 +685,23 @@ impl DeviceBuild {
                 crate_dir: crate_dir.clone(),
                 extension: rustc_ext,
             })?;
-        let path = built.with_extension(self.target.extension());
+        let mut path = built.with_extension(self.target.extension());
         if path != built {
             copy_atomically(&built, &path)?;
+        }
+        if matches!(self.target, Target::Nvptx { .. })
+            && (self.max_registers.is_some() || !self.kernel_max_registers.is_empty())
+        {
+            // A new file, so that the limits always apply to rustc's own output.
+            let text =
+                fs::read_to_string(&path).map_err(|e| BuildError::io(format!("reading {}", path.display()), e))?;
+            let capped = path.with_extension("limited.ptx");
+            fs::write(
+                &capped,
+                cap_registers(&text, self.max_registers, &self.kernel_max_registers),
+            )
+            .map_err(|e| BuildError::io(format!("writing {}", capped.display()), e))?;
+            path = capped;
         }
         check_artifact(&path, &self.target)?;
 

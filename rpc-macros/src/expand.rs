@@ -321,7 +321,7 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
     }
     let block_mut = if fill.is_empty() { quote!() } else { quote!(mut) };
     let send = quote! {
-        let #block_mut #block = [0u8; #rpc::#c.block_len()];
+        let #block_mut #block = ::gpu_rpc::call::Block([0u8; #rpc::#c.block_len()]);
         #(#fill)*
         let #call = self.client.begin(#rpc::#c, &#block);
         #(#streams)*
@@ -331,7 +331,7 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
         _ => quote!(0),
     };
     let wait = quote! {
-        let mut #ret = [0u8; #ret_size];
+        let mut #ret = ::gpu_rpc::call::Block([0u8; #ret_size]);
         let #reply = #call.reply(&mut #ret);
         #(#outs)*
         let #result = #reply.result();

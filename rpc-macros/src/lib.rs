@@ -17,6 +17,7 @@ mod check;
 mod derive_wire;
 mod expand;
 mod parse;
+mod print;
 
 /// Turns a trait into a typed RPC service that GPU kernels call on the host.
 ///
@@ -149,6 +150,17 @@ pub fn gpu_rpc(attr: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_derive(Wire)]
 pub fn derive_wire(input: TokenStream) -> TokenStream {
     derive_wire::derive(input.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+/// The engine of `gpu_rpc`'s print macros (`gpu_println!` and friends, which
+/// call it): checks the format string and expands to a host-formatted print.
+/// Input: `fd, newline; "format", args...`.
+#[doc(hidden)]
+#[proc_macro]
+pub fn __print(input: TokenStream) -> TokenStream {
+    print::expand(input.into())
         .unwrap_or_else(syn::Error::into_compile_error)
         .into()
 }

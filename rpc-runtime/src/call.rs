@@ -322,14 +322,15 @@ pub const fn out_packets(count: u64, elem_size: u32) -> u64 {
 /// ```
 #[inline(always)]
 pub fn fill_block(i: u64, block: &[u8], b: &mut Buffer) {
-    let (start, dst_off) = if i == 0 {
-        (0, 8)
+    let (start, first_word) = if i == 0 {
+        (0, 1)
     } else {
         (FIRST_PAYLOAD + (i as usize - 1) * BUFFER_BYTES, 0)
     };
-    if start < block.len() {
-        let n = (block.len() - start).min(BUFFER_BYTES - dst_off);
-        b.bytes_mut()[dst_off..dst_off + n].copy_from_slice(&block[start..start + n]);
+    // Every packet's share of the block starts at a multiple of 8 bytes, so
+    // an aligned block ([`Block`]) moves a word at a time.
+    if let (Some(src), Some(dst)) = (block.get(start..), b.data.get_mut(first_word..)) {
+        copy_into_words(src, dst);
     }
 }
 
@@ -337,14 +338,13 @@ pub fn fill_block(i: u64, block: &[u8], b: &mut Buffer) {
 /// [`fill_block`]).
 #[inline(always)]
 pub fn read_block(i: u64, b: &Buffer, block: &mut [u8]) {
-    let (start, src_off) = if i == 0 {
-        (0, 8)
+    let (start, first_word) = if i == 0 {
+        (0, 1)
     } else {
         (FIRST_PAYLOAD + (i as usize - 1) * BUFFER_BYTES, 0)
     };
-    if start < block.len() {
-        let n = (block.len() - start).min(BUFFER_BYTES - src_off);
-        block[start..start + n].copy_from_slice(&b.bytes()[src_off..src_off + n]);
+    if let (Some(dst), Some(src)) = (block.get_mut(start..), b.data.get(first_word..)) {
+        copy_from_words(src, dst);
     }
 }
 
@@ -369,12 +369,14 @@ pub struct ClientReply<'p, 'a> {
 
 impl<'a> Client<'a> {
     /// Run `f`, which makes the call `desc` (from [`begin`](Self::begin) to
-    /// `close`), such that the lanes running it together all make this call:
-    /// [`lanes::split_by`] keyed by [`CallDesc::group_key`]. Generated stubs
-    /// wrap every call in it; needed on AMDGCN, free elsewhere.
+    /// `close`), such that the lanes running it together all make this call
+    /// on this client: [`lanes::split_by`] keyed by [`CallDesc::group_key`]
+    /// and by [`Client::id`]. Generated stubs wrap every call in it; needed
+    /// on AMDGCN, free elsewhere.
     #[inline(always)]
-    pub fn call<R>(&self, desc: &'static CallDesc, f: impl FnMut() -> R) -> R {
-        lanes::split_by(desc.group_key(), f)
+    pub fn call<R>(&self, desc: &'static CallDesc, mut f: impl FnMut() -> R) -> R {
+        let id = self.id();
+        lanes::split_by(desc.group_key(), || lanes::split_by(id, &mut f))
     }
 
     /// Start the call `desc`: open a port for its opcode (grouping this lane
@@ -400,10 +402,10 @@ impl<'a> Client<'a> {
     #[inline]
     pub fn noop(&self, x: u64) -> Result<u64, CallError> {
         self.call(&NOOP_DESC, || {
-            let call = self.begin(&NOOP_DESC, &x.to_le_bytes());
-            let mut ret = [0u8; 8];
+            let call = self.begin(&NOOP_DESC, &Block(x.to_le_bytes()));
+            let mut ret = Block([0u8; 8]);
             let reply = call.reply(&mut ret);
-            let r = reply.result().map(|()| u64::from_le_bytes(ret));
+            let r = reply.result().map(|()| u64::from_le_bytes(ret.0));
             reply.close();
             r
         })
@@ -439,7 +441,7 @@ impl<'p, 'a> ClientCall<'p, 'a> {
             match raw {
                 Some(r) => {
                     if let Some(src) = r.get(start..end) {
-                        copy_into_buffer(src, b)
+                        copy_into_words(src, &mut b.data)
                     }
                 }
                 None => {
@@ -485,37 +487,41 @@ impl<'p, 'a> ClientCall<'p, 'a> {
     }
 }
 
-/// Copy `src` (at most 64 bytes) to the start of `b`: whole `u64`s while
-/// `src` is 8-byte aligned (NVPTX has no unaligned loads: a byte-wise copy of
-/// a packet is 64 loads), then bytes. Panic-free, so the panic handler's
-/// report path, which streams strings, cannot re-enter the handler.
+/// Copy `src` into the little-endian words `dst` (as many bytes as both
+/// hold): whole `u64`s when `src` is 8-byte aligned (NVPTX has no unaligned
+/// loads, so a byte-wise copy of a packet is 64 loads the scheduler keeps in
+/// flight together: registers), else bytes. Panic-free, so the panic
+/// handler's report path, which uses it, cannot re-enter the handler.
 #[inline(always)]
-pub fn copy_into_buffer(src: &[u8], b: &mut Buffer) {
-    let n = src.len().min(BUFFER_BYTES);
+pub fn copy_into_words(src: &[u8], dst: &mut [u64]) {
+    let n = src.len().min(8 * dst.len());
     let p = src.as_ptr();
     let mut k = 0;
     if (p as usize) % 8 == 0 {
-        for (w, slot) in b.data.iter_mut().enumerate().take(n / 8) {
+        for (w, slot) in dst.iter_mut().enumerate().take(n / 8) {
             // SAFETY: `8 * (w + 1) <= n <= src.len()` and `p + 8 * w` is
             // 8-aligned (`p` is): an in-bounds aligned `u64` read.
             *slot = u64::from_le(unsafe { (p.add(8 * w) as *const u64).read() });
         }
         k = n / 8 * 8;
     }
-    for (d, s) in b.bytes_mut().iter_mut().zip(src).skip(k) {
-        *d = *s;
+    for (i, s) in src.iter().enumerate().take(n).skip(k) {
+        if let Some(w) = dst.get_mut(i / 8) {
+            let shift = 8 * (i % 8);
+            *w = (*w & !(0xff << shift)) | (*s as u64) << shift;
+        }
     }
 }
 
-/// Copy the first `dst.len()` (at most 64) bytes of `b` to `dst`: the inverse
-/// of [`copy_into_buffer`], likewise panic-free.
+/// Copy the little-endian words `src` into `dst` (as many bytes as both
+/// hold): the inverse of [`copy_into_words`], likewise panic-free.
 #[inline(always)]
-pub fn copy_from_buffer(b: &Buffer, dst: &mut [u8]) {
-    let n = dst.len().min(BUFFER_BYTES);
+pub fn copy_from_words(src: &[u64], dst: &mut [u8]) {
+    let n = dst.len().min(8 * src.len());
     let p = dst.as_mut_ptr();
     let mut k = 0;
     if (p as usize) % 8 == 0 {
-        for (w, word) in b.data.iter().enumerate().take(n / 8) {
+        for (w, word) in src.iter().enumerate().take(n / 8) {
             // SAFETY: `8 * (w + 1) <= n <= dst.len()` and `p + 8 * w` is
             // 8-aligned: an in-bounds aligned `u64` write to memory `dst`
             // borrows uniquely.
@@ -523,8 +529,38 @@ pub fn copy_from_buffer(b: &Buffer, dst: &mut [u8]) {
         }
         k = n / 8 * 8;
     }
-    for (d, s) in dst.iter_mut().zip(b.bytes()).skip(k) {
-        *d = *s;
+    for (i, d) in dst.iter_mut().enumerate().take(n).skip(k) {
+        if let Some(w) = src.get(i / 8) {
+            *d = (w >> (8 * (i % 8))) as u8;
+        }
+    }
+}
+
+/// A call's argument block or return value buffer: bytes, 8-byte aligned so
+/// that they move to and from packets a word at a time (see
+/// [`copy_into_words`]). Generated stubs build one per call.
+///
+/// ```
+/// let mut b = rpc_runtime::call::Block([0u8; 12]);
+/// b[..4].copy_from_slice(&7u32.to_le_bytes());
+/// assert_eq!(b.as_ptr() as usize % 8, 0);
+/// ```
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block<const N: usize>(pub [u8; N]);
+
+impl<const N: usize> core::ops::Deref for Block<N> {
+    type Target = [u8];
+    #[inline(always)]
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl<const N: usize> core::ops::DerefMut for Block<N> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.0
     }
 }
 
@@ -588,7 +624,9 @@ impl<'p, 'a> ClientReply<'p, 'a> {
             Some(raw) => port.recv_packets(packets, |i, b| {
                 let start = i as usize * BUFFER_BYTES;
                 let n = (raw.len() - start).min(BUFFER_BYTES);
-                copy_from_buffer(b, &mut raw[start..start + n]);
+                if let Some(dst) = raw.get_mut(start..start + n) {
+                    copy_from_words(&b.data, dst);
+                }
             }),
             None => port.recv_packets(packets, |i, b| {
                 let first = i as usize * per;

@@ -169,6 +169,38 @@ pub enum CudaError {
         /// What is wrong.
         message: String,
     },
+    /// The block is larger than this kernel can launch with: its registers
+    /// (or local memory) per thread leave room for fewer threads per block
+    /// than asked. Checked before launching (`cuFuncGetAttribute`); nothing
+    /// ran. Build the kernel with a register limit (rpc-build's
+    /// `DeviceBuild::max_registers`) or launch smaller blocks.
+    ///
+    /// ```
+    /// let e = rpc_runtime::cuda::CudaError::BlockTooLarge {
+    ///     kernel: "my_kernel".into(), threads: 1024, max_threads: 384, registers: 168,
+    /// };
+    /// assert_eq!(
+    ///     e.to_string(),
+    ///     "gpu_rpc cuda: kernel `my_kernel` cannot launch blocks of 1024 threads: \
+    ///      at 168 registers per thread it allows at most 384 (build it with a register \
+    ///      limit, e.g. rpc-build's max_registers, or launch smaller blocks)"
+    /// );
+    /// ```
+    #[error(
+        "gpu_rpc cuda: kernel `{kernel}` cannot launch blocks of {threads} threads: at {registers} registers \
+         per thread it allows at most {max_threads} (build it with a register limit, e.g. rpc-build's \
+         max_registers, or launch smaller blocks)"
+    )]
+    BlockTooLarge {
+        /// The kernel.
+        kernel: String,
+        /// Threads per block asked for.
+        threads: u64,
+        /// The most the kernel allows (`CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`).
+        max_threads: u32,
+        /// Its registers per thread (`CU_FUNC_ATTRIBUTE_NUM_REGS`).
+        registers: u32,
+    },
     /// `cuLaunchKernel` refused the launch (too many threads per block, too
     /// many resources, …). Nothing ran; the context is still usable unless
     /// the code is a sticky one left by an earlier fault.
@@ -1308,7 +1340,66 @@ impl fmt::Debug for Kernel<'_> {
     }
 }
 
+/// A kernel's resources as the driver reports them after loading it
+/// (`cuFuncGetAttribute`); see [`Kernel::resources`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelResources {
+    /// Registers per thread.
+    pub registers: u32,
+    /// Local memory (stack and spills) per thread, in bytes.
+    pub local_bytes: u32,
+    /// The largest block it can launch with on this device.
+    pub max_threads_per_block: u32,
+}
+
 impl Kernel<'_> {
+    /// Its registers, local memory and largest block on this device.
+    ///
+    /// ```no_run
+    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
+    /// # let module = rpc_runtime::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
+    /// let r = module.kernel("rpc_noop_kernel")?.resources()?;
+    /// assert!(r.registers <= 64 && r.max_threads_per_block == 1024);
+    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// ```
+    pub fn resources(&self) -> Result<KernelResources, CudaError> {
+        use sys::CUfunction_attribute_enum as A;
+        self.module.device.bind()?;
+        let func = self.func;
+        let get = |attribute: A| -> Result<u32, CudaError> {
+            let what = format!("querying kernel `{}` ({attribute:?})", self.name);
+            // SAFETY: `func` is a live function of a loaded module (the
+            // kernel borrows it); the context is current.
+            raw_guard(&what, || unsafe {
+                result::function::get_function_attribute(func, attribute)
+            })?
+            .map(|v| v.max(0) as u32)
+            .map_err(|e| CudaError::driver(&what, e))
+        };
+        Ok(KernelResources {
+            registers: get(A::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+            local_bytes: get(A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
+            max_threads_per_block: get(A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+        })
+    }
+
+    /// [`CudaError::BlockTooLarge`] when `launch`'s blocks are larger than
+    /// this kernel allows.
+    fn check_block(&self, launch: &Launch) -> Result<(), CudaError> {
+        let b = launch.block;
+        let threads = b.0 as u64 * b.1 as u64 * b.2 as u64;
+        let r = self.resources()?;
+        if threads > r.max_threads_per_block as u64 {
+            return Err(CudaError::BlockTooLarge {
+                kernel: self.name.clone(),
+                threads,
+                max_threads: r.max_threads_per_block,
+                registers: r.registers,
+            });
+        }
+        Ok(())
+    }
+
     /// The kernel's name.
     ///
     /// ```no_run
@@ -1567,6 +1658,7 @@ fn run_kernel(
     launch: &Launch,
     params: &mut [*mut c_void],
 ) -> Result<Option<Duration>, CudaError> {
+    kernel.check_block(launch)?;
     let stream = Stream::new(device)?;
     let start = Event::new(device)?;
     let stop = Event::new(device)?;

@@ -325,7 +325,15 @@ mod imp {
     }
 }
 
-#[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
+#[cfg(all(gpu_rpc_simt, not(any(target_arch = "nvptx64", target_arch = "amdgpu"))))]
+#[path = "lanes_sim.rs"]
+pub mod sim;
+#[cfg(all(gpu_rpc_simt, not(any(target_arch = "nvptx64", target_arch = "amdgpu"))))]
+use sim::imp;
+#[cfg(all(gpu_rpc_simt, not(feature = "std")))]
+compile_error!("--cfg gpu_rpc_simt (the simulated SIMT warp) needs the `std` feature");
+
+#[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu", gpu_rpc_simt)))]
 mod imp {
     /// Lanes in a host "warp": each host thread is a one-lane warp.
     pub const LANE_SIZE: u32 = 1;

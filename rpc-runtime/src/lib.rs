@@ -12,6 +12,8 @@
 //! * [`wire`] — the [`Wire`] encoding of arguments and results:
 //!   explicit little-endian bytes, identical on every target, validated on
 //!   decode.
+//! * [`format_spec`] — the format-spec grammar of host-formatted printing
+//!   (`gpu_println!`), shared by the macro and the host.
 //! * [`call`] — the call frame that generated client stubs speak: arguments,
 //!   streamed slices, out-buffers, per-lane status. `no_std`.
 //! * `server` (feature `std`) — the host server: port scanning, services,
@@ -29,6 +31,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod call;
+pub mod format_spec;
 pub mod lanes;
 pub mod protocol;
 mod sync;

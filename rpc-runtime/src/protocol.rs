@@ -826,6 +826,22 @@ impl<'a> Client<'a> {
         self.p.layout
     }
 
+    /// This client's identity among the clients a kernel may hold: the
+    /// address of its region's mailboxes. Lanes group only with lanes of the
+    /// same client ([`open_keyed`](Self::open_keyed), [`call`](Self::call)).
+    ///
+    /// ```
+    /// use rpc_runtime::protocol::Layout;
+    /// use rpc_runtime::cpu::Region;
+    /// let (a, b) = (Region::new(Layout::new(4, 1).unwrap()), Region::new(Layout::new(4, 1).unwrap()));
+    /// assert_ne!(a.client().id(), b.client().id());
+    /// assert_eq!(a.client().id(), a.client().id());
+    /// ```
+    #[inline(always)]
+    pub fn id(&self) -> u64 {
+        self.p.outbox(0) as *const AtomicU32 as usize as u64
+    }
+
     /// Open a port for `opcode`, starting the scan at this warp's hint so warps
     /// spread over ports. Spins until a port is free.
     ///
@@ -852,9 +868,11 @@ impl<'a> Client<'a> {
     #[inline]
     pub fn open_keyed(&self, opcode: u32, key: u64, start: u32) -> Port<'_, 'a, ClientSide, Fresh> {
         let n = self.p.layout.port_count;
-        // Lane rule 1: the group is the active lanes with this key, fixed for
-        // the whole call. Rule 2: they scan from one agreed index.
-        let mask = lanes::group_mask(key);
+        // Lane rule 1: the group is the active lanes with this key on this
+        // client (two clients are two sets of ports), fixed for the whole
+        // call. Two matches, not one of a hash of both: a hash can collide.
+        // Rule 2: they scan from one agreed index.
+        let mask = lanes::group_mask(key) & lanes::group_mask(self.id());
         let first = lanes::broadcast(mask, start) % n;
         let mut index = first;
         let mut backoff = Backoff::new();

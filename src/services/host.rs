@@ -443,6 +443,17 @@ impl Std for StdHost {
         lock(sink).write_all(bytes).map_err(IoError::from)
     }
 
+    fn print(&self, stream: Fd, flags: u32, format: &str, args: &[u64], text: &[u8]) -> Result<(), IoError> {
+        let sink = self.sink(stream)?;
+        let mut line = super::FmtBuf::<{ super::LINE_MAX }>::new();
+        super::format::format_print(format, args, text, &mut line)?;
+        if flags & super::PRINT_TEXT_CUT != 0 {
+            line.mark_truncated();
+        }
+        let line = line.finish(flags & super::PRINT_NEWLINE != 0);
+        lock(sink).write_all(line.as_bytes()).map_err(IoError::from)
+    }
+
     fn flush(&self, stream: Fd) -> Result<(), IoError> {
         let sink = self.sink(stream)?;
         lock(sink).flush().map_err(IoError::from)

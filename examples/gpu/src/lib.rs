@@ -6,6 +6,10 @@ use std::sync::Mutex;
 
 use gpu_example_services::{Bench, HostServices};
 
+pub mod conform;
+
+pub use conform::{ConformHost, Verdict};
+
 /// The example kernels as PTX for sm_90 (empty when no device toolchain was
 /// found at build time).
 pub const KERNELS_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels.ptx"));

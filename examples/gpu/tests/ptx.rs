@@ -1,6 +1,7 @@
-//! The protocol's memory-model operations, as the toolchain emitted them in
-//! the example kernels' PTX (sm_90): a toolchain change that weakens them
-//! fails here, in CI, without a GPU.
+//! The example kernels' PTX (sm_90), checked in CI without a GPU: the
+//! protocol's memory-model operations as the toolchain emitted them (a
+//! toolchain change that weakens them fails here), and the device-footprint
+//! budget as ptxas assembles them (registers, stack, spills).
 
 use gpu_examples::kernels_ptx;
 
@@ -69,4 +70,96 @@ fn shared_words_use_system_scope_loads_stores_and_fences() {
             assert!(body.contains(op), "{name}: no {op}");
         }
     }
+}
+
+/// Registers every example kernel may use: 64 lets a block of 1024 threads
+/// fit an SM (65 536 registers), as CUDA's own kernels with `printf` do.
+const RPC_KERNEL_REGISTERS: u32 = 64;
+
+/// Registers a SAXPY with one conditional `gpu_println!` and the panic
+/// handler may use: what nvcc 13 gives the same kernel with one `printf` on a
+/// cold branch, or with an `assert` (24, measured on the H200 machine).
+const SAXPY_PRINT_REGISTERS: u32 = 24;
+
+/// The per-thread stack every kernel (with all it may call) must fit in: what
+/// the CUDA backend provides (`MIN_STACK_BYTES`; CUDA's default is 1 KiB).
+const STACK_BYTES: u32 = gpu_rpc::cuda::MIN_STACK_BYTES as u32;
+
+/// Kernels whose own frame (the call's hot path; the out-of-line cold paths
+/// it calls are separate functions) must not spill to local memory.
+const NO_SPILL: [&str; 5] = [
+    "rpc_noop_kernel",
+    "rpc_incr_kernel",
+    "rpc_sink_kernel",
+    "saxpy_kernel",
+    "saxpy_print_kernel",
+];
+
+#[test]
+fn example_kernels_fit_the_register_budget() {
+    use rpc_build::footprint::{find_ptxas, measure};
+    let Some(text) = ptx() else { return };
+    let Some(ptxas) = find_ptxas() else {
+        // CI installs it (`pip install nvidia-cuda-nvcc`) and sets this.
+        assert!(
+            std::env::var_os("GPU_RPC_REQUIRE_PTXAS").is_none(),
+            "GPU_RPC_REQUIRE_PTXAS is set but no ptxas was found"
+        );
+        eprintln!("skipped: no ptxas to measure the kernels with (pip install nvidia-cuda-nvcc, or set PTXAS)");
+        return;
+    };
+    let file = std::env::temp_dir().join(format!("gpu-examples-footprint-{}.ptx", std::process::id()));
+    std::fs::write(&file, text).unwrap();
+    let kernels = measure(&ptxas, &file, 90).unwrap_or_else(|e| panic!("{e}"));
+    let _ = std::fs::remove_file(&file);
+    eprintln!("ptxas {} -arch=sm_90 on the example kernels:", ptxas.display());
+    for k in &kernels {
+        eprintln!("  {k}");
+    }
+    let get = |name: &str| {
+        kernels
+            .iter()
+            .find(|k| k.name == name)
+            .unwrap_or_else(|| panic!("ptxas reported no kernel {name}"))
+    };
+    let mut over = Vec::new();
+    for k in &kernels {
+        if k.registers > RPC_KERNEL_REGISTERS {
+            over.push(format!(
+                "{}: {} registers (budget {RPC_KERNEL_REGISTERS})",
+                k.name, k.registers
+            ));
+        }
+        if k.cumulative_stack > STACK_BYTES {
+            over.push(format!(
+                "{}: {} B of stack (budget {STACK_BYTES})",
+                k.name, k.cumulative_stack
+            ));
+        }
+        if k.max_block() < 1024 {
+            over.push(format!("{}: blocks of at most {} threads", k.name, k.max_block()));
+        }
+    }
+    for name in NO_SPILL {
+        let k = get(name);
+        if k.spill_stores + k.spill_loads > 0 {
+            over.push(format!(
+                "{name}: spills {} B / reloads {} B in its own frame",
+                k.spill_stores, k.spill_loads
+            ));
+        }
+    }
+    let saxpy = get("saxpy_print_kernel");
+    if saxpy.registers > SAXPY_PRINT_REGISTERS {
+        over.push(format!(
+            "saxpy_print_kernel: {} registers (budget {SAXPY_PRINT_REGISTERS}; saxpy_kernel without gpu_rpc: {})",
+            saxpy.registers,
+            get("saxpy_kernel").registers
+        ));
+    }
+    assert!(
+        over.is_empty(),
+        "over the device-footprint budget:\n  {}",
+        over.join("\n  ")
+    );
 }

@@ -19,7 +19,7 @@
 //! not depend on how rustc lowers aggregates.
 
 use core::arch::amdgpu::{workgroup_id_x, workitem_id_x};
-use core::fmt::Write;
+use crate::line::Line;
 use core::sync::atomic::{AtomicU32, Ordering};
 use gpu_example_services::{BenchClient, HostServicesClient};
 use gpu_rpc::protocol::{Client, ClientDesc};
@@ -40,36 +40,6 @@ fn dims() -> (u32, u32) {
 fn gid() -> (usize, usize) {
     let (wg, grid) = dims();
     ((workgroup_id_x() * wg + workitem_id_x()) as usize, grid as usize)
-}
-
-/// A fixed buffer `core::fmt` can write into (no allocation on a GPU).
-struct Line {
-    buf: [u8; 96],
-    len: usize,
-}
-impl Write for Line {
-    fn write_str(&mut self, s: &str) -> core::fmt::Result {
-        let n = s.len().min(self.buf.len() - self.len);
-        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
-        self.len += n;
-        Ok(())
-    }
-}
-impl Line {
-    fn new() -> Self {
-        Line { buf: [0; 96], len: 0 }
-    }
-    fn as_str(&self) -> &str {
-        // Cut at a byte boundary that may split a character: fall back to the
-        // valid prefix.
-        match core::str::from_utf8(&self.buf[..self.len]) {
-            Ok(s) => s,
-            Err(e) => {
-                // SAFETY: `valid_up_to` bytes are valid UTF-8.
-                unsafe { core::str::from_utf8_unchecked(&self.buf[..e.valid_up_to()]) }
-            }
-        }
-    }
 }
 
 /// Each work-item makes `iters` runtime no-op calls (`x -> x + 1`) starting
@@ -123,7 +93,7 @@ pub unsafe extern "gpu-kernel" fn rpc_print_kernel(desc: *const ClientDesc, asyn
     // SAFETY: the host passed a live descriptor.
     let client = unsafe { Client::from_desc(&*desc) };
     let mut line = Line::new();
-    let _ = writeln!(line, "work-item {g} says hello");
+    line.str("work-item ").num(g as u64).str(" says hello\n");
     if async_ != 0 {
         BenchClient::new(&client).log(line.as_str());
     } else {
@@ -150,10 +120,8 @@ pub unsafe extern "gpu-kernel" fn hello_kernel(desc: *const ClientDesc) {
     let text = core::str::from_utf8(&block[..got.min(block.len())]).unwrap_or("<invalid>");
     let mut line = Line::new();
     let (b, t) = (workgroup_id_x(), workitem_id_x());
-    let _ = write!(
-        line,
-        "hello from workgroup {b} work-item {t}: {g} + 1000 = {sum}, block says {text:?}"
-    );
+    line.str("hello from workgroup ").num(b as u64).str(" work-item ").num(t as u64).str(": ");
+    line.num(g as u64).str(" + 1000 = ").num(sum).str(", block says \"").str(text).str("\"");
     host.print_stderr(line.as_str());
     // Relaxed RMW: only "who is last" matters; every print above was a
     // synchronous call the host already completed.

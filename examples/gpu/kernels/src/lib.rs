@@ -14,12 +14,16 @@ gpu_rpc::gpu_panic_handler!();
 #[cfg(target_arch = "amdgpu")]
 mod amdgpu;
 
+mod line;
+mod saxpy;
 mod services_demo;
+
+#[cfg(target_arch = "nvptx64")] mod conformance;
 
 #[cfg(target_arch = "nvptx64")]
 mod nvptx {
     use core::arch::nvptx::*;
-    use core::fmt::Write;
+    use crate::line::Line;
     use core::sync::atomic::{AtomicU32, Ordering};
     use gpu_example_services::{BenchClient, HostServicesClient};
     use gpu_rpc::protocol::{Client, ClientDesc};
@@ -33,36 +37,6 @@ mod nvptx {
                 (_block_idx_x() * _block_dim_x() + _thread_idx_x()) as usize,
                 (_grid_dim_x() * _block_dim_x()) as usize,
             )
-        }
-    }
-
-    /// A fixed buffer `core::fmt` can write into (no allocation on a GPU).
-    struct Line {
-        buf: [u8; 96],
-        len: usize,
-    }
-    impl Write for Line {
-        fn write_str(&mut self, s: &str) -> core::fmt::Result {
-            let n = s.len().min(self.buf.len() - self.len);
-            self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
-            self.len += n;
-            Ok(())
-        }
-    }
-    impl Line {
-        fn new() -> Self {
-            Line { buf: [0; 96], len: 0 }
-        }
-        fn as_str(&self) -> &str {
-            // The buffer only ever receives whole `&str`s, cut at a byte
-            // boundary that may split a character: fall back to the valid prefix.
-            match core::str::from_utf8(&self.buf[..self.len]) {
-                Ok(s) => s,
-                Err(e) => {
-                    // SAFETY: `valid_up_to` bytes are valid UTF-8.
-                    unsafe { core::str::from_utf8_unchecked(&self.buf[..e.valid_up_to()]) }
-                }
-            }
         }
     }
 
@@ -134,7 +108,7 @@ mod nvptx {
         // SAFETY: the host passed a live descriptor.
         let client = unsafe { Client::from_desc(&desc) };
         let mut line = Line::new();
-        let _ = write!(line, "thread {g} says hello\n");
+        line.str("thread ").num(g as u64).str(" says hello\n");
         if async_ != 0 {
             BenchClient::new(&client).log(line.as_str());
         } else {
@@ -162,7 +136,8 @@ mod nvptx {
         let mut line = Line::new();
         // SAFETY: reading special registers.
         let (b, t) = unsafe { (_block_idx_x(), _thread_idx_x()) };
-        let _ = write!(line, "hello from block {b} thread {t}: {g} + 1000 = {sum}, block says {text:?}");
+        line.str("hello from block ").num(b as u64).str(" thread ").num(t as u64).str(": ");
+        line.num(g as u64).str(" + 1000 = ").num(sum).str(", block says \"").str(text).str("\"");
         host.print_stderr(line.as_str());
         // Relaxed RMW: only "who is last" matters; every print above was a
         // synchronous call the host already completed.

@@ -68,7 +68,12 @@ mod nvptx {
         // strings, alive for the whole kernel.
         let args = unsafe { services::args(argc, argv) };
         if g < GREETERS {
-            gpu_println!("hello from gpu-run: thread {g} of {n}, args {args:?}");
+            gpu_println!("hello from gpu-run: thread {g} of {n}, {} args", args.len());
+        }
+        if g == 0 {
+            for (i, a) in args.enumerate() {
+                gpu_println!("  arg {i}: {a:?}");
+            }
         }
         if g == 0 {
             // Acquire: pairs with the other threads' release increments (their

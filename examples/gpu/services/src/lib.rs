@@ -3,6 +3,8 @@
 
 use gpu_rpc::gpu_rpc;
 
+pub mod conform;
+
 /// What the hello example's kernel asks of its host.
 #[gpu_rpc]
 pub trait HostServices {
@@ -26,4 +28,30 @@ pub trait Bench {
     /// Print a line without waiting for the host.
     #[gpu_rpc(async)]
     fn log(&self, msg: &str);
+}
+
+/// The randomized conformance suite's service (issue 12; see [`conform`]):
+/// one method per kind of argument and result. Every method takes the calling
+/// lane's global thread id `gid` and its step number `step` first, so the
+/// host can check each lane's calls, in order, against the [`conform::Model`].
+/// The host returns the values the `conform::*_value` functions define.
+#[gpu_rpc]
+pub trait Conform {
+    /// Scalars of several kinds; returns [`conform::mix_value`].
+    #[allow(clippy::too_many_arguments)]
+    fn mix(&self, gid: u32, step: u32, a: u64, b: i32, c: u8, d: bool, e: f64) -> (u64, f64);
+    /// A struct argument and result; returns [`conform::record_value`].
+    fn record(&self, gid: u32, step: u32, r: conform::Rec) -> conform::Rec;
+    /// A streamed string; returns [`conform::text_value`].
+    fn text(&self, gid: u32, step: u32, s: &str) -> u64;
+    /// A streamed slice; returns [`conform::sum_value`].
+    fn sum(&self, gid: u32, step: u32, v: &[u32]) -> u64;
+    /// An out-buffer the host fills with [`conform::fill_word`]; returns
+    /// [`conform::fill_value`].
+    fn fill(&self, gid: u32, step: u32, key: u64, out: &mut [u64]) -> u32;
+    /// Fire-and-forget: the lane does not wait for the host.
+    #[gpu_rpc(async)]
+    fn note(&self, gid: u32, step: u32, v: u64, tag: &str);
+    /// The lane's last call: the host records it, then the lane halts.
+    fn finish(&self, gid: u32, step: u32) -> !;
 }
