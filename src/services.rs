@@ -139,7 +139,9 @@ mod format;
 mod host;
 mod print;
 #[cfg(feature = "std")]
-pub use host::{Capture, DevicePanic, ExitMode, FileAccess, StdHost, StdHostConfig, MAX_RECORDED_PANICS};
+mod sandbox;
+#[cfg(feature = "std")]
+pub use host::{Capture, DevicePanic, ExitHook, ExitMode, FileAccess, StdHost, StdHostConfig, MAX_RECORDED_PANICS};
 pub use print::{print_host, DevicePrint, PrintArg, PrintKind, MAX_PRINT_ARGS, PRINT_NEWLINE, PRINT_TEXT_CUT};
 
 /// The opcodes reserved for [`Std`]: `0x1_0000..0x1_0100`.
@@ -357,7 +359,10 @@ pub trait Std {
 
     /// Open the host file at `path` with [`flags`]; returns its fd (the
     /// lowest free one from 3). Fails with `EACCES` when the host's
-    /// [`FileAccess`] policy forbids it, `EMFILE` past
+    /// [`FileAccess`] policy or its directories forbid it (the path must
+    /// resolve beneath [`StdHostConfig::read_dirs`] or, to write,
+    /// [`StdHostConfig::write_dirs`], without symlinks leaving them, to a
+    /// regular file not on `/proc` or `/sys`), `EMFILE` past
     /// [`StdHostConfig::max_open_files`], `EINVAL` for unknown or
     /// contradictory flags, or the host OS's error (`ENOENT`, ...).
     #[gpu_rpc(opcode = 0x1_0010)]
@@ -909,7 +914,9 @@ pub fn abort() -> ! {
     no_client()
 }
 
-/// Open a host file ([`Std::open`]) with [`flags`].
+/// Open a host file ([`Std::open`]) with [`flags`]: only a regular file
+/// beneath the directories the host allows (by default the host's working
+/// directory, read-only; relative paths start there), else `EACCES`.
 ///
 /// ```
 /// # use gpu_rpc::cpu::{run, Launch};
@@ -918,7 +925,8 @@ pub fn abort() -> ! {
 /// # let mut d = Dispatcher::new(ServerConfig::default());
 /// # d.add(StdServer(StdHost::new(StdHostConfig::default()))).unwrap();
 /// # run(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
-/// assert_eq!(services::open("/no/such/file", flags::READ), Err(IoError::ENOENT));
+/// assert_eq!(services::open("no/such/file", flags::READ), Err(IoError::ENOENT));
+/// assert_eq!(services::open("/etc/passwd", flags::READ), Err(IoError::EACCES)); // outside
 /// # })).unwrap();
 /// ```
 pub fn open(path: &str, flags: u32) -> Result<Fd, IoError> {
@@ -932,7 +940,7 @@ pub fn open(path: &str, flags: u32) -> Result<Fd, IoError> {
 /// # use gpu_rpc::cpu::{run, Launch};
 /// # use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// # use gpu_rpc::services::{self, flags, ExitMode, Fd, IoError, StdHost, StdHostConfig, StdServer};
-/// # let (config, out, err) = StdHostConfig::default().exit_mode(ExitMode::Record).allow_env("HOME").capture();
+/// # let (config, out, err) = StdHostConfig::default().exit_mode(ExitMode::Record).allow_write(std::env::temp_dir()).capture();
 /// # let host = StdHost::new(config);
 /// # let mut d = Dispatcher::new(ServerConfig::default());
 /// # d.add(StdServer(host.clone())).unwrap();

@@ -472,6 +472,51 @@ fn serve_once(d: &Dispatcher, region: &Region) -> Result<usize, gpu_rpc::protoco
     d.poll(&server, 0..region.layout().port_count())
 }
 
+/// One warp-call of 4 lanes asking for out-buffers of 600, 600, 600 and 100
+/// bytes under a call budget of 1024: the lanes that fit, in lane order,
+/// are served, the others answered `TooLarge` (each logged, naming the
+/// budget), before anything is allocated for them.
+#[test]
+fn a_calls_buffers_are_held_to_its_memory_budget() {
+    let host = Arc::new(Host::default());
+    let mut d = Dispatcher::new(ServerConfig {
+        max_stream_bytes: LIMIT,
+        max_call_bytes: 1024,
+        log_errors: false,
+        ..ServerConfig::default()
+    });
+    d.add(RelServer(host.clone())).unwrap();
+    let region = Region::new(Layout::new(2, 4).unwrap());
+    let dev = Device::new(&region);
+    let word = RelRpc::FILL.frame_word().pack();
+    let lane = |count: u64| {
+        let mut block = vec![0u8; RelRpc::FILL.block_len()];
+        block[..8].copy_from_slice(&count.to_le_bytes());
+        frame(word, &block)
+    };
+    let packets = vec![(0, lane(600)), (1, lane(600)), (2, lane(600)), (3, lane(100))];
+    dev.inject(0, RelRpc::FILL.opcode, 0b1111, &packets);
+    // The server answers, then waits for the device to take the out-buffer
+    // packets; this device never does, so the raised abort flag ends it.
+    let _ = serve_once(&d, &region);
+    let statuses: Vec<Status> = (0..4).map(|l| dev.status(0, l)).collect();
+    assert_eq!(statuses, [Status::Ok, Status::TooLarge, Status::TooLarge, Status::Ok]);
+    let errors: Vec<_> = d
+        .errors()
+        .into_iter()
+        .filter(|e| e.status == Status::TooLarge)
+        .collect();
+    assert_eq!(errors.iter().map(|e| e.lane).collect::<Vec<_>>(), [Some(1), Some(2)]);
+    assert_has(
+        &errors[0].to_string(),
+        &[
+            "(600 bytes) would take the call past its budget of 1024 bytes",
+            "600 taken by earlier lanes",
+            "Rel::fill",
+        ],
+    );
+}
+
 /// Garbage in the shared region of a GPU-shaped layout (4 lanes): empty and
 /// out-of-layout lane masks, lanes that disagree on the frame word, garbage
 /// frames and unknown opcodes written for ports no client holds. Each is one
@@ -728,4 +773,87 @@ fn kernel_returning_mid_call_is_reported_as_abandoned() {
         &err.message,
         &["call abandoned on port", &format!("opcode {:#x}", RelRpc::PRINT.opcode)],
     );
+}
+
+/// Two runs at once on one dispatcher: each report counts its own calls
+/// (they once counted the other run's too).
+#[test]
+fn concurrent_runs_on_one_dispatcher_count_their_own_calls() {
+    let (d, _) = dispatcher();
+    let launch = |threads| Launch {
+        threads,
+        server_threads: 1,
+        port_count: 4,
+        lane_size: 1,
+    };
+    let (da, db) = (d.clone(), d.clone());
+    let a = std::thread::spawn(move || {
+        run(&launch(1), &da, |client, _| {
+            let rel = RelClient::new(client);
+            for i in 0..2000 {
+                assert_eq!(rel.add(i, 1), i + 1);
+            }
+        })
+        .unwrap()
+    });
+    let b = std::thread::spawn(move || {
+        run(&launch(2), &db, |client, _| {
+            let rel = RelClient::new(client);
+            for i in 0..1500 {
+                assert_eq!(rel.add(i, 2), i + 2);
+            }
+        })
+        .unwrap()
+    });
+    let (ra, rb) = (a.join().unwrap(), b.join().unwrap());
+    assert_eq!((ra.calls, rb.calls), (2000, 3000));
+    assert_eq!(d.calls(), 5000);
+}
+
+/// Per-method metrics: calls, lanes, lanes by status, bytes each way and a
+/// latency histogram per method, the failed calls counted where they failed.
+#[test]
+fn metrics_count_each_method_separately() {
+    let (d, _) = dispatcher();
+    let d2 = d.clone();
+    watchdog("metrics", 60, move || {
+        run(&one_thread(2), &d2, |client, _| {
+            let rel = RelClient::new(client);
+            for i in 0..3 {
+                assert_eq!(rel.add(i, 1), i + 1);
+            }
+            assert_eq!(rel.sum(&[1u8; 100]), 100);
+            let mut out = [0u8; 50];
+            assert_eq!(rel.fill(1, &mut out), 50);
+            assert!(rel.try_boom("x").is_err());
+        })
+        .unwrap()
+    });
+    let m = d.metrics();
+    let get = |path: &str| {
+        m.iter()
+            .find(|x| x.path == path)
+            .unwrap_or_else(|| panic!("no {path} in {m:?}"))
+    };
+    let add = get("Rel::add");
+    assert_eq!((add.calls, add.lanes, add.errors()), (3, 3, 0));
+    assert_eq!(add.by_status, [(Status::Ok, 3)]);
+    assert_eq!(add.bytes_in, 3 * (8 + RelRpc::ADD.block_len() as u64));
+    assert_eq!(add.bytes_out, 3 * 8);
+    assert_eq!(add.latency.iter().sum::<u64>(), 3);
+    let sum = get("Rel::sum");
+    assert_eq!((sum.calls, sum.bytes_in), (1, 8 + RelRpc::SUM.block_len() as u64 + 100));
+    let fill = get("Rel::fill");
+    assert_eq!(fill.calls, 1);
+    assert!(fill.bytes_out >= 8 + 50, "{fill:?}");
+    let boom = get("Rel::boom");
+    assert_eq!(boom.by_status, [(Status::HandlerPanicked, 1)]);
+    assert_eq!(boom.errors(), 1);
+    assert_eq!(boom.bytes_out, 0);
+    assert_eq!(get("gpu_rpc::noop").calls, 0);
+    let json = gpu_rpc::metrics::to_json_line(&m);
+    assert!(json.contains("\"method\":\"Rel::boom\""), "{json}");
+    assert!(json.contains("\"lanes_by_status\":{\"HandlerPanicked\":1}"), "{json}");
+    assert_eq!(json.lines().count(), 1);
+    assert!(add.to_string().starts_with("Rel::add"), "{add}");
 }

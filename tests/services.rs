@@ -690,7 +690,10 @@ const _: () = gpu_rpc::server::assert_disjoint_opcodes(&[FirstRpc::OPCODES, Thir
 fn colliding_opcodes_are_refused() {
     let mut d = quiet();
     d.add(FirstServer(Impl)).unwrap();
-    let e = d.add(SecondServer(Impl)).unwrap_err();
+    let e = match d.add(SecondServer(Impl)).unwrap_err() {
+        gpu_rpc::server::AddError::Collision(e) => e,
+        other => panic!("{other}"),
+    };
     assert_eq!(e.opcode, 0x2_0001);
     assert_eq!(e.first, "First::two");
     assert_eq!(e.second, "Second::clash");
@@ -852,4 +855,72 @@ fn call_error_display() {
         desc: UnregisteredRpc::MISSING,
     };
     assert!(e.to_string().contains("Unregistered::missing"));
+}
+
+/// A service with a hand-made description the frame cannot carry (an
+/// out-buffer element of 100 bytes, which once reached a division by zero
+/// in the server) is refused by `Dispatcher::add`, and so is one whose two
+/// methods share an opcode; nothing of it is registered.
+#[test]
+fn invalid_hand_made_descriptions_are_refused_by_add() {
+    use gpu_rpc::call::{CallDesc, NOOP_DESC};
+    use gpu_rpc::server::{AddError, MethodInfo, ServerCall, Service};
+    static BAD: CallDesc = CallDesc {
+        opcode: 0x7_0000,
+        out_elem_sizes: &[100],
+        ..NOOP_DESC
+    };
+    static GOOD: CallDesc = CallDesc {
+        opcode: 0x7_0001,
+        ..NOOP_DESC
+    };
+    struct Hand(&'static [MethodInfo]);
+    impl Service for Hand {
+        fn name(&self) -> &'static str {
+            "Hand"
+        }
+        fn methods(&self) -> &'static [MethodInfo] {
+            self.0
+        }
+        fn dispatch(&self, _: usize, _: &mut ServerCall<'_>) {
+            unreachable!("never registered")
+        }
+    }
+    static BAD_METHODS: [MethodInfo; 2] = [
+        MethodInfo {
+            desc: &GOOD,
+            path: "Hand::good",
+        },
+        MethodInfo {
+            desc: &BAD,
+            path: "Hand::bad",
+        },
+    ];
+    static TWINS: [MethodInfo; 2] = [
+        MethodInfo {
+            desc: &GOOD,
+            path: "Hand::a",
+        },
+        MethodInfo {
+            desc: &GOOD,
+            path: "Hand::b",
+        },
+    ];
+    let mut d = quiet();
+    let e = d.add(Hand(&BAD_METHODS)).unwrap_err();
+    assert_eq!(
+        e,
+        AddError::InvalidMethod {
+            path: "Hand::bad",
+            problem: "gpu_rpc: out-buffer elements must be 1..=64 bytes"
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "gpu_rpc: out-buffer elements must be 1..=64 bytes (method Hand::bad)"
+    );
+    let e = d.add(Hand(&TWINS)).unwrap_err();
+    assert!(e.to_string().contains("claimed by both Hand::a and Hand::b"), "{e}");
+    // Neither attempt left `Hand::good`'s opcode behind.
+    d.add(Hand(&BAD_METHODS[..1])).unwrap();
 }

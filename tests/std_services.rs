@@ -386,7 +386,7 @@ fn no_client_bound() {
 
 #[test]
 fn file_round_trip() {
-    let (d, host, _, _) = setup(StdHostConfig::default());
+    let (d, host, _, _) = setup(StdHostConfig::default().allow_write(std::env::temp_dir()));
     let tmp = TempPath::new("roundtrip");
     let path = tmp.as_str();
     // 1000 bytes: several reads through a 64-byte out-buffer.
@@ -436,7 +436,7 @@ fn file_round_trip() {
 
 #[test]
 fn files_from_many_threads() {
-    let (d, host, _, _) = setup(StdHostConfig::default());
+    let (d, host, _, _) = setup(StdHostConfig::default().allow_write(std::env::temp_dir()));
     let paths: Vec<TempPath> = (0..8).map(|i| TempPath::new(&format!("t{i}"))).collect();
     run_std(&d, 8, |id| {
         let path = paths[id].as_str();
@@ -459,7 +459,7 @@ fn files_from_many_threads() {
 
 #[test]
 fn file_errors_are_values() {
-    let (d, _, _, _) = setup(StdHostConfig::default());
+    let (d, _, _, _) = setup(StdHostConfig::default().allow_write(std::env::temp_dir()));
     let missing = TempPath::new("missing");
     let dir = std::env::temp_dir();
     run_std(&d, 1, |_| {
@@ -498,13 +498,17 @@ fn file_access_policies_and_the_open_file_limit() {
     std::fs::write(&tmp.0, b"hello").unwrap();
     let path = tmp.as_str();
 
-    let (d, _, _, _) = setup(StdHostConfig::default().files(FileAccess::Off));
+    let (d, _, _, _) = setup(
+        StdHostConfig::default()
+            .allow_write(std::env::temp_dir())
+            .files(FileAccess::Off),
+    );
     run_std(&d, 1, |_| {
         assert_eq!(services::open(path, flags::READ), Err(IoError::EACCES));
         assert!(services::open(path, flags::READ).unwrap_err().is_permission_denied());
     });
 
-    let (d, _, _, _) = setup(StdHostConfig::default().files(FileAccess::ReadOnly));
+    let (d, _, _, _) = setup(StdHostConfig::default().allow_read(std::env::temp_dir()));
     run_std(&d, 1, |_| {
         assert_eq!(services::open(path, flags::WRITE), Err(IoError::EACCES));
         assert_eq!(services::open(path, flags::APPEND), Err(IoError::EACCES));
@@ -517,7 +521,7 @@ fn file_access_policies_and_the_open_file_limit() {
 
     let (d, host, _, _) = setup(StdHostConfig {
         max_open_files: 2,
-        ..StdHostConfig::default()
+        ..StdHostConfig::default().allow_write(std::env::temp_dir())
     });
     run_std(&d, 1, |_| {
         let a = services::open(path, flags::READ).unwrap();
@@ -531,6 +535,132 @@ fn file_access_policies_and_the_open_file_limit() {
     });
     assert_eq!(host.open_files(), 0);
     assert_eq!(std::fs::read(&tmp.0).unwrap(), b"hello");
+}
+
+/// A directory in the temp directory, removed (with what it holds) on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let p = TempPath::new(tag);
+        let dir = p.0.clone();
+        std::fs::create_dir(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The escapes an adversarial kernel tried against the old default
+/// (issue 16), each refused with `EACCES` by the sandbox; what is allowed
+/// still works.
+#[test]
+fn the_file_sandbox_refuses_every_escape() {
+    let jail = TempDir::new("jail");
+    let outside = TempDir::new("outside");
+    let victim = outside.0.join("victim.txt");
+    std::fs::write(&victim, b"precious").unwrap();
+    std::fs::write(jail.0.join("ok.txt"), b"inside").unwrap();
+    std::os::unix::fs::symlink(&victim, jail.0.join("link")).unwrap();
+    std::os::unix::fs::symlink("/etc", jail.0.join("etc")).unwrap();
+    std::os::unix::fs::symlink("ok.txt", jail.0.join("alias")).unwrap();
+    let fifo = jail.0.join("fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let at = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let (jail_s, victim_s, fifo_s) = (at(&jail.0), at(&victim), at(&fifo));
+    let ssh = at(&outside.0.join(".ssh"));
+    std::fs::create_dir(&ssh).unwrap();
+
+    let (d, host, _, _) = setup(StdHostConfig {
+        files: FileAccess::ReadWrite,
+        read_dirs: vec![jail.0.clone()],
+        write_dirs: vec![jail.0.clone()],
+        ..StdHostConfig::default()
+    });
+    let started = std::time::Instant::now();
+    run_std(&d, 1, |_| {
+        let denied = |path: &str, f: u32| {
+            assert_eq!(services::open(path, f), Err(IoError::EACCES), "{path} (flags {f:#x})");
+        };
+        // Outside every allowed directory.
+        denied("/etc/shadow", flags::READ);
+        denied("/etc/passwd", flags::READ);
+        denied("/proc/self/maps", flags::READ);
+        denied("/proc/self/environ", flags::READ);
+        denied("/dev/zero", flags::READ);
+        denied(&victim_s, flags::APPEND);
+        denied(&format!("{ssh}/authorized_keys"), flags::WRITE | flags::CREATE);
+        // Climbing out, lexically and through links planted inside.
+        denied(
+            &format!("{jail_s}/../{}", victim.file_name().unwrap().to_str().unwrap()),
+            flags::READ,
+        );
+        denied(&format!("{jail_s}/link"), flags::WRITE | flags::TRUNCATE);
+        denied(&format!("{jail_s}/link"), flags::READ);
+        denied(&format!("{jail_s}/etc/passwd"), flags::READ);
+        // A symlink as the last component, even to a file inside.
+        denied(&format!("{jail_s}/alias"), flags::READ);
+        // A FIFO: refused at once, without blocking the server thread.
+        denied(&fifo_s, flags::READ);
+        denied(&fifo_s, flags::WRITE);
+        // What is allowed works.
+        let fd = services::open(&format!("{jail_s}/ok.txt"), flags::READ).unwrap();
+        let mut b = [0u8; 6];
+        assert_eq!(services::read(fd, &mut b), Ok(6));
+        assert_eq!(&b, b"inside");
+        services::close(fd).unwrap();
+        let fd = services::open(&format!("{jail_s}/new.txt"), flags::WRITE | flags::CREATE_NEW).unwrap();
+        assert_eq!(services::write_fd(fd, b"made"), Ok(4));
+        services::close(fd).unwrap();
+    });
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "an open blocked");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    assert!(!std::path::Path::new(&ssh).join("authorized_keys").exists());
+    assert_eq!(std::fs::read(jail.0.join("new.txt")).unwrap(), b"made");
+    assert_eq!(host.open_files(), 0);
+
+    // Allowing kernel file systems and devices by name still opens only
+    // regular files on ordinary file systems.
+    let (d, _, _, _) = setup(StdHostConfig {
+        read_dirs: vec!["/proc".into(), "/dev".into(), "/sys".into()],
+        write_dirs: Vec::new(),
+        ..StdHostConfig::default()
+    });
+    run_std(&d, 1, |_| {
+        for path in [
+            "/proc/self/environ",
+            "/proc/self/maps",
+            "/proc/version",
+            "/dev/zero",
+            "/dev/null",
+        ] {
+            assert_eq!(services::open(path, flags::READ), Err(IoError::EACCES), "{path}");
+        }
+        if std::path::Path::new("/sys/kernel/mm/transparent_hugepage/enabled").exists() {
+            assert_eq!(
+                services::open("/sys/kernel/mm/transparent_hugepage/enabled", flags::READ),
+                Err(IoError::EACCES)
+            );
+        }
+    });
+
+    // The default: read-only beneath the working directory (the package
+    // root, for tests), relative paths from there.
+    let (d, _, _, _) = setup(StdHostConfig::default());
+    run_std(&d, 1, |_| {
+        let fd = services::open("Cargo.toml", flags::READ).unwrap();
+        services::close(fd).unwrap();
+        assert_eq!(services::open("Cargo.toml", flags::APPEND), Err(IoError::EACCES));
+        assert_eq!(services::open("/etc/hostname", flags::READ), Err(IoError::EACCES));
+    });
 }
 
 // ---------------------------------------------------------------------------
@@ -744,7 +874,10 @@ fn example_panic() {
 fn example_file_read() {
     let tmp = TempPath::new("first_line");
     std::fs::write(&tmp.0, format!("{}\nsecond line\n", "first line ".repeat(10))).unwrap();
-    let (config, out, err) = StdHostConfig::default().exit_mode(ExitMode::Record).capture();
+    let (config, out, err) = StdHostConfig::default()
+        .allow_read(std::env::temp_dir())
+        .exit_mode(ExitMode::Record)
+        .capture();
     let host = StdHost::new(config);
     file_read_example::file_read_kernel(&host, tmp.as_str()).unwrap();
     assert_eq!(

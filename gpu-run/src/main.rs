@@ -17,14 +17,22 @@
 //!
 //! Exit codes of gpu-run itself: 2 for a bad command line (clap), 1 for an
 //! image that cannot be loaded or launched.
+//!
+//! **What a kernel may touch on the host.** Files: by default only regular
+//! files beneath the working directory, read-only (`--files off|ro|rw`,
+//! `--allow-read DIR`, `--allow-write DIR`; paths resolve beneath those
+//! directories, never through a symlink leaving them, never on `/proc` or
+//! `/sys`, never a FIFO or a device). Environment variables: none unless
+//! `--allow-env NAME`. Output: the process's stdout and stderr. Nothing else.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use clap::Parser;
 use gpu_rpc::server::{Dispatcher, ServerConfig};
-use gpu_rpc::services::{StdHost, StdHostConfig, StdServer};
+use gpu_rpc::services::{FileAccess, StdHost, StdHostConfig, StdServer};
 
 /// Run a GPU kernel image that calls gpu_rpc's standard services.
 #[derive(Parser, Debug)]
@@ -52,12 +60,109 @@ struct Cli {
     /// Host server threads.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     server_threads: u32,
+    /// Which file opens the kernel may make: `off`, `ro` (read) or `rw`
+    /// (read and write); where is `--allow-read` / `--allow-write`.
+    #[arg(long, value_enum, default_value_t = Files::Ro)]
+    files: Files,
+    /// A directory whose files the kernel may read (repeatable; default: the
+    /// working directory, unless any --allow-read or --allow-write is given).
+    #[arg(long, value_name = "DIR")]
+    allow_read: Vec<PathBuf>,
+    /// A directory whose files the kernel may read and write (repeatable;
+    /// implies `--files rw`; default with `--files rw`: the working
+    /// directory, unless any --allow-read or --allow-write is given).
+    #[arg(long, value_name = "DIR")]
+    allow_write: Vec<PathBuf>,
+    /// An environment variable the kernel may read with `getenv`
+    /// (repeatable; default none).
+    #[arg(long, value_name = "NAME")]
+    allow_env: Vec<String>,
+    /// At exit, print per-method metrics of the host services to stderr:
+    /// `table` (the default with a bare `--stats`) or one `json` line.
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "table", value_name = "FORMAT")]
+    stats: Option<Stats>,
     /// The kernel image: PTX text (NVIDIA) or an AMDGPU code object (AMD, via
     /// ROCm's HSA runtime).
     image: PathBuf,
     /// Arguments passed to the kernel after the image path.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     args: Vec<String>,
+}
+
+/// `--stats`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Stats {
+    /// One row per method.
+    Table,
+    /// One JSON line: `{"methods":[...]}`.
+    Json,
+}
+
+/// The dispatchers whose metrics `--stats` prints, and how; printed once,
+/// at the end of the run or just before a kernel's `exit` ends the process.
+static STATS: Mutex<Option<(Stats, Vec<Arc<Dispatcher>>)>> = Mutex::new(None);
+
+fn print_stats() {
+    let Some((format, dispatchers)) = STATS.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        return;
+    };
+    let mut err = std::io::stderr().lock();
+    for (i, d) in dispatchers.iter().enumerate() {
+        let metrics = d.metrics();
+        // A closed stderr only loses the statistics.
+        let _ = match format {
+            Stats::Table => {
+                let _ = writeln!(err, "gpu-run: host services, device {i}:");
+                metrics.iter().try_for_each(|m| writeln!(err, "  {m}"))
+            }
+            Stats::Json => writeln!(err, "{}", gpu_rpc::metrics::to_json_line(&metrics)),
+        };
+    }
+}
+
+/// `--files`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Files {
+    /// No file opens.
+    Off,
+    /// Reads only.
+    Ro,
+    /// Reads and writes.
+    Rw,
+}
+
+impl Cli {
+    /// The standard services' configuration the flags ask for; an allowed
+    /// directory that does not exist is an error here, not a silent refusal
+    /// later.
+    fn std_config(&self) -> Result<StdHostConfig, String> {
+        for dir in self.allow_read.iter().chain(&self.allow_write) {
+            if !dir.is_dir() {
+                return Err(format!(
+                    "`{}` (--allow-read/--allow-write) is not a directory",
+                    dir.display()
+                ));
+            }
+        }
+        let files = match (self.files, self.allow_write.is_empty()) {
+            (Files::Off, _) => FileAccess::Off,
+            (Files::Ro, true) => FileAccess::ReadOnly,
+            (Files::Rw, _) | (Files::Ro, false) => FileAccess::ReadWrite,
+        };
+        let mut config = StdHostConfig {
+            files,
+            ..StdHostConfig::default()
+        };
+        if !self.allow_read.is_empty() || !self.allow_write.is_empty() {
+            config.read_dirs = self.allow_read.clone();
+            config.write_dirs = self.allow_write.clone();
+        }
+        config.env_allowlist = self.allow_env.clone();
+        if self.stats.is_some() {
+            config.before_exit = Some(Arc::new(|_| print_stats()));
+        }
+        Ok(config)
+    }
 }
 
 /// Parse `X` or `X,Y,Z` (each at least 1).
@@ -104,6 +209,10 @@ fn image_kind(bytes: &[u8]) -> Result<ImageKind, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(msg) = cli.std_config() {
+        eprintln!("gpu-run: {msg}");
+        return ExitCode::from(2);
+    }
     match run(&cli) {
         Ok(code) => ExitCode::from(code),
         Err(msg) => {
@@ -149,13 +258,18 @@ fn write_argv(argv: &[String], host: &mut [u8], base: u64) {
 
 /// The standard services, shared with the dispatcher so their state can be
 /// read after the launch.
-fn std_services() -> Result<(Arc<StdHost>, Dispatcher), String> {
-    let host = Arc::new(StdHost::new(StdHostConfig::default()));
-    let mut dispatcher = Dispatcher::new(ServerConfig::default());
-    dispatcher
-        .add(StdServer(Arc::clone(&host)))
-        .map_err(|e| e.to_string())?;
-    Ok((host, dispatcher))
+fn std_services(cli: &Cli, devices: usize) -> Result<(Arc<StdHost>, Vec<Arc<Dispatcher>>), String> {
+    let host = Arc::new(StdHost::new(cli.std_config()?));
+    let mut dispatchers = Vec::new();
+    for _ in 0..devices.max(1) {
+        let mut d = Dispatcher::new(ServerConfig::default());
+        d.add(StdServer(Arc::clone(&host))).map_err(|e| e.to_string())?;
+        dispatchers.push(Arc::new(d));
+    }
+    if let Some(format) = cli.stats {
+        *STATS.lock().unwrap_or_else(|e| e.into_inner()) = Some((format, dispatchers.clone()));
+    }
+    Ok((host, dispatchers))
 }
 
 /// The exit code after the launch: a device panic is 101, `exit(code)` ends
@@ -163,6 +277,7 @@ fn std_services() -> Result<(Arc<StdHost>, Dispatcher), String> {
 /// failed launch is an error.
 fn exit_code<E: std::fmt::Display>(host: &StdHost, result: Result<(), E>) -> Result<u8, String> {
     let _ = host.flush();
+    print_stats();
     let panics = host.panics();
     for p in &panics {
         eprintln!("gpu-run: {p}");
@@ -228,13 +343,7 @@ fn run_cuda(cli: &Cli, ptx: &str) -> Result<u8, String> {
     }
     // One standard-services host (exit codes, panics, files) for all devices,
     // one dispatcher (and error log) per device.
-    let (host, first) = std_services()?;
-    let mut dispatchers = vec![first];
-    for _ in 1..devices.len() {
-        let mut d = Dispatcher::new(ServerConfig::default());
-        d.add(StdServer(Arc::clone(&host))).map_err(|e| e.to_string())?;
-        dispatchers.push(d);
-    }
+    let (host, dispatchers) = std_services(cli, devices.len())?;
     let args: Vec<[KernelArg; 2]> = buffers
         .iter()
         .map(|b| [KernelArg::U32(argv.len() as u32), KernelArg::Ptr(b.device_ptr())])
@@ -272,7 +381,8 @@ fn run_hsa(cli: &Cli, bytes: Vec<u8>) -> Result<u8, String> {
     let base = buf.device_ptr();
     // SAFETY: the buffer is ours and no kernel runs yet.
     write_argv(&argv, unsafe { buf.as_mut_slice() }, base);
-    let (host, dispatcher) = std_services()?;
+    let (host, dispatchers) = std_services(cli, 1)?;
+    let dispatcher = &dispatchers[0];
     let mut cfg = Launch {
         grid: cli.blocks,
         block: cli.threads,
@@ -283,7 +393,7 @@ fn run_hsa(cli: &Cli, bytes: Vec<u8>) -> Result<u8, String> {
         cfg.port_count = p;
     }
     let args = [KernelArg::U32(argv.len() as u32), KernelArg::Ptr(base)];
-    exit_code(&host, launch(&kernel, &cfg, &dispatcher, &args).map(|_| ()))
+    exit_code(&host, launch(&kernel, &cfg, dispatcher, &args).map(|_| ()))
 }
 
 #[cfg(test)]

@@ -84,3 +84,40 @@ fn amd_code_objects_go_to_the_hsa_backend() {
     assert_eq!(code, 1);
     assert!(err.contains("gpu_rpc hsa"), "{err}");
 }
+
+#[test]
+fn file_access_flags_are_checked_before_anything_loads() {
+    let (code, err) = gpu_run(&["--allow-read", "/nonexistent/dir", "/nonexistent/kernel.ptx"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("`/nonexistent/dir` (--allow-read/--allow-write) is not a directory"),
+        "{err}"
+    );
+    let (code, err) = gpu_run(&["--files", "everything", "k.ptx"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--files"), "{err}");
+    // Good flags get as far as reading the image.
+    let (code, err) = gpu_run(&[
+        "--files",
+        "rw",
+        "--allow-write",
+        "/tmp",
+        "--allow-env",
+        "HOME",
+        "/nonexistent/kernel.ptx",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cannot read `/nonexistent/kernel.ptx`"), "{err}");
+}
+
+#[test]
+fn help_states_the_trust_model() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-run"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in ["--files", "--allow-read", "--allow-write", "--allow-env", "--stats"] {
+        assert!(help.contains(flag), "{flag} not in --help:\n{help}");
+    }
+}

@@ -2,8 +2,10 @@
 //! and calls under contention with host threads as client lanes, each against
 //! a `std::sync::mpsc` request/reply round trip measured in the same run.
 //!
-//! `cargo bench -p rpc-runtime --bench cpu` (a plain bench binary: it prints a
-//! Markdown table; `-- --quick` runs fewer calls).
+//! `cargo bench -p rpc-runtime --bench cpu` (a plain bench binary: it prints
+//! Markdown tables; `-- --quick` runs fewer calls). The second table is the
+//! cost of the server's per-method metrics: the same runs with them off and
+//! on, alternated, 5 of each.
 
 use std::sync::mpsc;
 use std::time::Instant;
@@ -14,7 +16,15 @@ use rpc_runtime::server::{Dispatcher, ServerConfig};
 /// Seconds per call for `threads` client threads each making `iters` no-op
 /// calls, served by `servers` threads over `ports` ports.
 fn rpc(threads: usize, servers: usize, ports: u32, iters: u64) -> f64 {
-    let d = Dispatcher::new(ServerConfig::default());
+    rpc_with(threads, servers, ports, iters, true)
+}
+
+/// [`rpc`] with the server's per-method metrics on or off.
+fn rpc_with(threads: usize, servers: usize, ports: u32, iters: u64, metrics: bool) -> f64 {
+    let d = Dispatcher::new(ServerConfig {
+        metrics,
+        ..ServerConfig::default()
+    });
     let t0 = Instant::now();
     let report = run(
         &Launch {
@@ -81,6 +91,26 @@ fn main() {
             c * 1e6,
             r / c,
             1.0 / r / 1e6
+        );
+    }
+
+    println!("\nPer-method metrics (ServerConfig::metrics), 5 runs each, alternated: median µs/call [min, max]\n");
+    println!("| clients | ports | server threads | metrics off | metrics on | on / off |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    for (threads, ports, servers) in [(1, 1, 1), (8, 64, 2)] {
+        let (mut off, mut on) = (Vec::new(), Vec::new());
+        for _ in 0..5 {
+            off.push(rpc_with(threads, servers, ports, iters, false) * 1e6);
+            on.push(rpc_with(threads, servers, ports, iters, true) * 1e6);
+        }
+        let stats = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            (v[v.len() / 2], v[0], v[v.len() - 1])
+        };
+        let ((m_off, lo_off, hi_off), (m_on, lo_on, hi_on)) = (stats(&mut off), stats(&mut on));
+        println!(
+            "| {threads} | {ports} | {servers} | {m_off:.2} [{lo_off:.2}, {hi_off:.2}] | {m_on:.2} [{lo_on:.2}, {hi_on:.2}] | {:.3} |",
+            m_on / m_off
         );
     }
 }

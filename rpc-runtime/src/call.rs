@@ -189,38 +189,49 @@ impl CallDesc {
         }
     }
 
-    /// Compile-time checks of a generated description; `#[gpu_rpc]` calls this
-    /// in a `const _: () = ...;`, so an impossible layout is a compile error.
-    pub const fn check(&self) {
-        assert!(
-            self.arg_bytes as usize <= MAX_ARG_BYTES,
-            "gpu_rpc: the method's arguments exceed MAX_ARG_BYTES (4096 bytes)"
-        );
-        assert!(
-            self.ret_bytes as usize <= MAX_RET_BYTES,
-            "gpu_rpc: the method's return value exceeds MAX_RET_BYTES (4096 bytes)"
-        );
-        assert!(
-            self.in_streams as usize <= MAX_IN_STREAMS,
-            "gpu_rpc: more than 7 &str/&[T] arguments"
-        );
-        assert!(
-            self.out_elem_sizes.len() <= MAX_OUT_STREAMS,
-            "gpu_rpc: more than 7 &mut [T] arguments"
-        );
+    /// What is wrong with this description, if anything: the limits every
+    /// frame must respect. [`check`](Self::check) turns it into a compile
+    /// error for generated descriptions; the server's `Dispatcher::add`
+    /// refuses a service with a hand-made description that fails it.
+    ///
+    /// ```
+    /// use rpc_runtime::call::{CallDesc, NOOP_DESC};
+    /// let bad = CallDesc { opcode: 0x1_0000, out_elem_sizes: &[100], ..NOOP_DESC };
+    /// assert_eq!(bad.problem(), Some("gpu_rpc: out-buffer elements must be 1..=64 bytes"));
+    /// ```
+    pub const fn problem(&self) -> Option<&'static str> {
+        if self.arg_bytes as usize > MAX_ARG_BYTES {
+            return Some("gpu_rpc: the method's arguments exceed MAX_ARG_BYTES (4096 bytes)");
+        }
+        if self.ret_bytes as usize > MAX_RET_BYTES {
+            return Some("gpu_rpc: the method's return value exceeds MAX_RET_BYTES (4096 bytes)");
+        }
+        if self.in_streams as usize > MAX_IN_STREAMS {
+            return Some("gpu_rpc: more than 7 &str/&[T] arguments");
+        }
+        if self.out_elem_sizes.len() > MAX_OUT_STREAMS {
+            return Some("gpu_rpc: more than 7 &mut [T] arguments");
+        }
         let mut i = 0;
         while i < self.out_elem_sizes.len() {
             let s = self.out_elem_sizes[i] as usize;
-            assert!(
-                s > 0 && s <= BUFFER_BYTES,
-                "gpu_rpc: out-buffer elements must be 1..=64 bytes"
-            );
+            if s == 0 || s > BUFFER_BYTES {
+                return Some("gpu_rpc: out-buffer elements must be 1..=64 bytes");
+            }
             i += 1;
         }
-        assert!(
-            self.opcode >= crate::protocol::opcodes::FIRST_USER,
-            "gpu_rpc: opcodes below 0x10000 are reserved for the runtime"
-        );
+        if self.opcode < crate::protocol::opcodes::FIRST_USER {
+            return Some("gpu_rpc: opcodes below 0x10000 are reserved for the runtime");
+        }
+        None
+    }
+
+    /// Compile-time checks of a generated description; `#[gpu_rpc]` calls this
+    /// in a `const _: () = ...;`, so an impossible layout is a compile error.
+    pub const fn check(&self) {
+        if let Some(problem) = self.problem() {
+            panic!("{}", problem);
+        }
     }
 }
 

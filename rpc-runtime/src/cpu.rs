@@ -240,10 +240,7 @@ where
     F: Fn(usize, &Client<'_>, ThreadIdx) + Sync,
 {
     let start = Instant::now();
-    let before: Vec<(u64, u64)> = devices
-        .iter()
-        .map(|d| (d.dispatcher.calls(), d.dispatcher.error_count()))
-        .collect();
+    let before: Vec<u64> = devices.iter().map(|d| d.dispatcher.error_count()).collect();
     let done: Vec<AtomicBool> = devices.iter().map(|_| AtomicBool::new(false)).collect();
     let halted: Vec<AtomicUsize> = devices.iter().map(|_| AtomicUsize::new(0)).collect();
     let server_threads = server_threads.max(1) as u32;
@@ -258,6 +255,7 @@ where
     };
     let mut panics: Vec<Option<LanePanic>> = devices.iter().map(|_| None).collect();
     let mut abandoned: Vec<Option<protocol::Abandoned>> = devices.iter().map(|_| None).collect();
+    let mut served: Vec<u64> = devices.iter().map(|_| 0).collect();
     std::thread::scope(|s| {
         let servers: Vec<_> = (0..server_threads)
             .map(|t| {
@@ -326,8 +324,11 @@ where
         }
         for sv in servers {
             for (dev, r) in sv.join().expect("server thread").into_iter().enumerate() {
-                if let Err(a) = r {
-                    abandoned[dev].get_or_insert(a);
+                match r {
+                    Ok(n) => served[dev] += n,
+                    Err(a) => {
+                        abandoned[dev].get_or_insert(a);
+                    }
                 }
             }
         }
@@ -347,8 +348,8 @@ where
                 });
             }
             Ok(Report {
-                calls: d.dispatcher.calls() - before[dev].0,
-                errors: d.dispatcher.error_count() - before[dev].1,
+                calls: served[dev],
+                errors: d.dispatcher.error_count() - before[dev],
                 elapsed,
                 // Relaxed: all threads joined.
                 halted: halted[dev].load(Ordering::Relaxed),

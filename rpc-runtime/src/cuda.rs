@@ -1001,6 +1001,30 @@ impl CudaRegion {
         Ok(clients_clear && self.server().all_idle())
     }
 
+    /// Every port that is not at rest, as the host sees it now, with the
+    /// client-local state read back from device memory (a synchronous copy
+    /// on the legacy stream, which does not wait for kernels on the
+    /// non-blocking streams launches use): what to print when a run stops
+    /// making progress.
+    ///
+    /// ```no_run
+    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
+    /// let region = rpc_runtime::cuda::CudaRegion::new(&dev, 8)?;
+    /// assert!(region.busy_ports()?.is_empty());
+    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// ```
+    pub fn busy_ports(&self) -> Result<Vec<crate::protocol::PortSnapshot>, CudaError> {
+        let words = self.client_locks.read()?;
+        let server = self.server();
+        Ok((0..self.layout.port_count())
+            .map(|i| crate::protocol::PortSnapshot {
+                client: crate::protocol::client_port_state(&words, i),
+                ..server.snapshot(i)
+            })
+            .filter(|s| !s.is_idle())
+            .collect())
+    }
+
     /// Host address of the shared region (for raw baselines and
     /// fault-injection tests; writing it while a protocol side runs breaks
     /// the protocol's invariants).
@@ -1889,10 +1913,7 @@ pub fn launch_many(jobs: &[Job<'_, '_>]) -> Vec<Result<Report, CudaError>> {
             *result = Some(Err(e));
         }
     }
-    let before: Vec<(u64, u64)> = jobs
-        .iter()
-        .map(|j| (j.dispatcher.calls(), j.dispatcher.error_count()))
-        .collect();
+    let before: Vec<u64> = jobs.iter().map(|j| j.dispatcher.error_count()).collect();
     // A job that was refused counts as over from the start.
     let done: Vec<AtomicBool> = results.iter().map(|r| AtomicBool::new(r.is_some())).collect();
     let threads = jobs
@@ -1902,7 +1923,7 @@ pub fn launch_many(jobs: &[Job<'_, '_>]) -> Vec<Result<Report, CudaError>> {
         .unwrap_or(1)
         .clamp(1, u32::MAX as usize) as u32;
 
-    let (ran, abandoned) =
+    let (ran, abandoned, served) =
         std::thread::scope(|s| {
             let done = &done;
             let servers: Vec<_> = (0..threads)
@@ -1952,15 +1973,19 @@ pub fn launch_many(jobs: &[Job<'_, '_>]) -> Vec<Result<Report, CudaError>> {
                 .map(|h| h.join().unwrap_or_else(|p| resume_unwind(p)))
                 .collect();
             let mut abandoned: Vec<Option<Abandoned>> = jobs.iter().map(|_| None).collect();
+            let mut served: Vec<u64> = jobs.iter().map(|_| 0).collect();
             for h in servers {
                 let outcomes = h.join().unwrap_or_else(|p| resume_unwind(p));
-                for (slot, outcome) in abandoned.iter_mut().zip(outcomes) {
-                    if let Err(a) = outcome {
-                        slot.get_or_insert(a);
+                for ((slot, n), outcome) in abandoned.iter_mut().zip(served.iter_mut()).zip(outcomes) {
+                    match outcome {
+                        Ok(calls) => *n += calls,
+                        Err(a) => {
+                            slot.get_or_insert(a);
+                        }
                     }
                 }
             }
-            (ran, abandoned)
+            (ran, abandoned, served)
         });
     let elapsed = start.elapsed();
     jobs.iter()
@@ -1968,7 +1993,8 @@ pub fn launch_many(jobs: &[Job<'_, '_>]) -> Vec<Result<Report, CudaError>> {
         .zip(ran)
         .zip(abandoned)
         .zip(before)
-        .map(|((((job, refused), ran), abandoned), (calls, errors))| {
+        .zip(served)
+        .map(|(((((job, refused), ran), abandoned), errors), calls)| {
             if let Some(r) = refused {
                 return r;
             }
@@ -1980,7 +2006,7 @@ pub fn launch_many(jobs: &[Job<'_, '_>]) -> Vec<Result<Report, CudaError>> {
                 });
             }
             Ok(Report {
-                calls: job.dispatcher.calls() - calls,
+                calls,
                 errors: job.dispatcher.error_count() - errors,
                 elapsed,
                 kernel_time,

@@ -2288,7 +2288,7 @@ fn serve(
     done: &AtomicBool,
     t: u32,
     threads: u32,
-) -> Result<(), Abandoned> {
+) -> Result<u64, Abandoned> {
     let server = region.server().with_abort(done);
     dispatcher.serve_until(&server, t, threads, done, SERVER_IDLE_SPINS)
 }
@@ -2430,13 +2430,12 @@ pub fn launch_with_region(
         )));
     }
     let start = Instant::now();
-    let calls_before = dispatcher.calls();
     let errors_before = dispatcher.error_count();
     let done = AtomicBool::new(false);
     let threads = launch.server_threads.clamp(1, u32::MAX as usize) as u32;
     let desc_ptr = region.desc_ptr();
 
-    let (ran, abandoned) = std::thread::scope(|s| {
+    let (ran, abandoned, calls) = std::thread::scope(|s| {
         let stop = StopOnDrop(&done);
         let servers: Vec<_> = (0..threads)
             .map(|t| {
@@ -2447,14 +2446,15 @@ pub fn launch_with_region(
         let ran = run_kernel(kernel, launch, desc_ptr, extra);
         drop(stop);
         let mut abandoned = None;
+        let mut calls = 0;
         for h in servers {
             match h.join() {
-                Ok(Ok(())) => {}
+                Ok(Ok(n)) => calls += n,
                 Ok(Err(a)) => abandoned = Some(a),
                 Err(p) => resume_unwind(p),
             }
         }
-        (ran, abandoned)
+        (ran, abandoned, calls)
     });
     ran?;
     if let Some(a) = abandoned {
@@ -2464,7 +2464,7 @@ pub fn launch_with_region(
         });
     }
     Ok(Report {
-        calls: dispatcher.calls() - calls_before,
+        calls,
         errors: dispatcher.error_count() - errors_before,
         elapsed: start.elapsed(),
         kernel_time: None,

@@ -16,6 +16,8 @@
 //!   (`gpu_println!`), shared by the macro and the host.
 //! * [`call`] — the call frame that generated client stubs speak: arguments,
 //!   streamed slices, out-buffers, per-lane status. `no_std`.
+//! * `metrics` (feature `std`) — per-method counters and host-time
+//!   histograms a `Dispatcher` keeps while serving.
 //! * `server` (feature `std`) — the host server: port scanning, services,
 //!   dispatch helpers for generated code, error reporting.
 //! * `cpu` (feature `cpu`, default) — the CPU backend: client lanes are host
@@ -39,6 +41,8 @@ pub mod wire;
 
 #[cfg(any(feature = "cuda", feature = "hsa"))]
 pub mod launch;
+#[cfg(feature = "std")]
+pub mod metrics;
 #[cfg(feature = "std")]
 pub mod server;
 

@@ -350,6 +350,84 @@ pub fn client_locks_released(words: &[u32]) -> bool {
     words.iter().all(|&w| w & 0x1111_1111 == 0)
 }
 
+/// The client-local state of port `index` in a copy of the client-local
+/// words: `(locked, outbox copy, known idle)`; `None` when `words` is too
+/// short.
+///
+/// ```
+/// use rpc_runtime::protocol::client_port_state;
+/// assert_eq!(client_port_state(&[0x0000_0030], 1), Some((true, true, false)));
+/// assert_eq!(client_port_state(&[0], 8), None);
+/// ```
+pub fn client_port_state(words: &[u32], index: u32) -> Option<(bool, bool, bool)> {
+    let w = *words.get((index / CLIENT_PORTS_PER_WORD) as usize)?;
+    let nib = w >> (4 * (index % CLIENT_PORTS_PER_WORD));
+    Some((nib & LOCK_BIT != 0, nib & SHADOW_OUTBOX != 0, nib & KNOWN_IDLE != 0))
+}
+
+/// One port as seen from the host at one instant ([`Server::snapshot`]): what
+/// a backend prints when a run stops making progress, to tell a call the
+/// server owes from one the client never published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortSnapshot {
+    /// The port's index.
+    pub index: u32,
+    /// The client's outbox word (0 or 1).
+    pub client_outbox: u32,
+    /// The server's outbox word (0 or 1).
+    pub server_outbox: u32,
+    /// The opcode in the header (the last call's).
+    pub opcode: u32,
+    /// The lane mask in the header (the last call's).
+    pub mask: u64,
+    /// Whether a server thread holds the port.
+    pub server_locked: bool,
+    /// The client-local state `(locked, outbox copy, known idle)`, where the
+    /// backend could read it ([`client_port_state`]).
+    pub client: Option<(bool, bool, bool)>,
+}
+
+impl PortSnapshot {
+    /// Whether the port is at rest: the client owns it, nobody holds it and
+    /// the client's copy of its outbox (if known) is right.
+    pub fn is_idle(&self) -> bool {
+        self.client_outbox == self.server_outbox
+            && !self.server_locked
+            && self
+                .client
+                .is_none_or(|(locked, shadow, _)| !locked && shadow as u32 == self.client_outbox)
+    }
+}
+
+impl core::fmt::Display for PortSnapshot {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let owner = if self.client_outbox == self.server_outbox {
+            "client owns"
+        } else {
+            "server owns"
+        };
+        write!(
+            f,
+            "port {}: {owner} (client out {}, server out {}), opcode {:#x}, lanes {:#x}, server lock {}",
+            self.index,
+            self.client_outbox,
+            self.server_outbox,
+            self.opcode,
+            self.mask,
+            if self.server_locked { "held" } else { "free" }
+        )?;
+        match self.client {
+            Some((locked, shadow, idle)) => write!(
+                f,
+                ", client lock {}, outbox copy {}, known idle {idle}",
+                if locked { "held" } else { "free" },
+                shadow as u32
+            ),
+            None => Ok(()),
+        }
+    }
+}
+
 /// `u32` words of side-local lock bits for `port_count` ports.
 ///
 /// ```
@@ -983,6 +1061,36 @@ impl<'a> Server<'a> {
             return Some(Port::new(&self.p, index, outbox, 1, peer, opcode));
         }
         None
+    }
+
+    /// What port `index` looks like from the host right now: both mailboxes,
+    /// the header the client last wrote and this side's lock bit (relaxed
+    /// loads, no lock: a diagnostic for a run that stopped making progress;
+    /// see [`PortSnapshot`]). The client-local state is not in host memory;
+    /// a backend that can read it fills [`PortSnapshot::client`].
+    ///
+    /// ```
+    /// use rpc_runtime::cpu::Region;
+    /// use rpc_runtime::protocol::Layout;
+    /// let region = Region::new(Layout::new(2, 1).unwrap());
+    /// let s = region.server().snapshot(1);
+    /// assert!(s.is_idle());
+    /// assert_eq!((s.index, s.client_outbox, s.server_outbox), (1, 0, 0));
+    /// ```
+    pub fn snapshot(&self, index: u32) -> PortSnapshot {
+        let (word, shift) = self.p.local_slot(index);
+        let h = self.p.header(index);
+        // Relaxed: a diagnostic of a possibly running port; no decision in
+        // the protocol depends on these values.
+        PortSnapshot {
+            index,
+            client_outbox: self.p.inbox(index).load(Ordering::Relaxed),
+            server_outbox: self.p.outbox(index).load(Ordering::Relaxed),
+            opcode: h.opcode.load(Ordering::Relaxed),
+            mask: h.mask.load(Ordering::Relaxed),
+            server_locked: word.load(Ordering::Relaxed) & (LOCK_BIT << shift) != 0,
+            client: None,
+        }
     }
 
     /// Test support: whether every port is back in its idle state (client owns

@@ -20,11 +20,14 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::io::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use crate::call::{self, CallDesc, FrameWord, Status, FRAME_VERSION};
+use crate::metrics::{CallRecord, Counters, MethodMetrics};
 use crate::protocol::{opcodes, Abandoned, Buffer, Fresh, Port, Server, ServerSide, BUFFER_BYTES, MAX_LANES};
 use crate::wire::Wire;
 
@@ -35,6 +38,17 @@ pub struct ServerConfig {
     /// ask for (default 64 MiB). Larger ones are consumed without being stored
     /// and answered with [`Status::TooLarge`].
     pub max_stream_bytes: u64,
+    /// The memory budget of one warp-call: the streamed arguments and
+    /// out-buffers of all its lanes together, in bytes (default 256 MiB).
+    /// Lanes whose buffers would take the call past it are answered with
+    /// [`Status::TooLarge`] before anything is allocated for them; the host
+    /// then holds at most about twice this per call in flight (the buffers,
+    /// and the out-buffers' encoded copies).
+    pub max_call_bytes: u64,
+    /// Keep per-method metrics ([`Dispatcher::metrics`]; default true: a
+    /// clock read and a few relaxed atomic adds per warp-call, measured in
+    /// the CPU bench).
+    pub metrics: bool,
     /// Print each [`ServerError`] to stderr as it happens (default true).
     pub log_errors: bool,
     /// How many recent errors [`Dispatcher::errors`] keeps (default 1024).
@@ -45,6 +59,8 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             max_stream_bytes: 64 << 20,
+            max_call_bytes: 256 << 20,
+            metrics: true,
             log_errors: true,
             keep_errors: 1024,
         }
@@ -107,6 +123,23 @@ pub struct OpcodeCollision {
     pub second: &'static str,
 }
 
+/// Why [`Dispatcher::add`] refused a service.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AddError {
+    /// Two services claim one opcode.
+    #[error(transparent)]
+    Collision(#[from] OpcodeCollision),
+    /// A method's description breaks the frame's limits
+    /// ([`CallDesc::problem`]; only hand-made descriptions can).
+    #[error("{problem} (method {path})")]
+    InvalidMethod {
+        /// The method.
+        path: &'static str,
+        /// What is wrong.
+        problem: &'static str,
+    },
+}
+
 /// Panics (at compile time in a `const`) if two of the opcode lists share an
 /// opcode: `const _: () = gpu_rpc::assert_disjoint_opcodes(&[A::OPCODES, B::OPCODES]);`
 ///
@@ -142,6 +175,10 @@ pub struct Dispatcher {
     errors: Mutex<VecDeque<ServerError>>,
     error_count: AtomicU64,
     calls: AtomicU64,
+    /// Per-method metrics, by opcode (the no-op's included).
+    counters: HashMap<u32, (&'static str, Counters)>,
+    /// Calls to opcodes nobody serves.
+    unknown: Counters,
 }
 
 impl fmt::Debug for Dispatcher {
@@ -163,34 +200,71 @@ impl Dispatcher {
             errors: Mutex::new(VecDeque::new()),
             error_count: AtomicU64::new(0),
             calls: AtomicU64::new(0),
+            counters: HashMap::from([(opcodes::NOOP, ("gpu_rpc::noop", Counters::default()))]),
+            unknown: Counters::default(),
         }
     }
 
-    /// Add a service; fails if one of its opcodes is already served.
-    pub fn add(&mut self, service: impl Service + 'static) -> Result<&mut Self, OpcodeCollision> {
+    /// Per-method metrics so far: the runtime's no-op first, then every
+    /// method of every service in the order added, then calls to unknown
+    /// opcodes (if any). See [`MethodMetrics`].
+    pub fn metrics(&self) -> Vec<MethodMetrics> {
+        let mut out = Vec::new();
+        let (path, noop) = &self.counters[&opcodes::NOOP];
+        out.push(noop.snapshot(path, opcodes::NOOP));
+        for service in &self.services {
+            for info in service.methods() {
+                if let Some((path, c)) = self.counters.get(&info.desc.opcode) {
+                    out.push(c.snapshot(path, info.desc.opcode));
+                }
+            }
+        }
+        let unknown = self.unknown.snapshot("(unknown)", 0);
+        if unknown.calls > 0 {
+            out.push(unknown);
+        }
+        out
+    }
+
+    /// Add a service; fails if one of its opcodes is already served or one
+    /// of its method descriptions is invalid (nothing is added then).
+    pub fn add(&mut self, service: impl Service + 'static) -> Result<&mut Self, AddError> {
         self.add_arc(Arc::new(service))
     }
 
     /// Add a shared service.
-    pub fn add_arc(&mut self, service: Arc<dyn Service>) -> Result<&mut Self, OpcodeCollision> {
+    pub fn add_arc(&mut self, service: Arc<dyn Service>) -> Result<&mut Self, AddError> {
         let idx = self.services.len();
+        let mut added: HashMap<u32, usize> = HashMap::new();
         for (m, info) in service.methods().iter().enumerate() {
-            if let Some(&(s, mm)) = self.table.get(&info.desc.opcode) {
-                return Err(OpcodeCollision {
-                    opcode: info.desc.opcode,
-                    first: self.services[s].methods()[mm].path,
-                    second: info.path,
+            let opcode = info.desc.opcode;
+            if let Some(problem) = info.desc.problem() {
+                return Err(AddError::InvalidMethod {
+                    path: info.path,
+                    problem,
                 });
             }
-            if info.desc.opcode == opcodes::NOOP {
+            let first = match (self.table.get(&opcode), added.get(&opcode)) {
+                (Some(&(s, mm)), _) => Some(self.services[s].methods()[mm].path),
+                (None, Some(&mm)) => Some(service.methods()[mm].path),
+                _ if opcode == opcodes::NOOP => Some("gpu_rpc::noop"),
+                _ => None,
+            };
+            if let Some(first) = first {
                 return Err(OpcodeCollision {
-                    opcode: opcodes::NOOP,
-                    first: "gpu_rpc::noop",
+                    opcode,
+                    first,
                     second: info.path,
-                });
+                }
+                .into());
             }
-            self.table.insert(info.desc.opcode, (idx, m));
+            added.insert(opcode, m);
         }
+        for (&op, &m) in &added {
+            self.counters
+                .insert(op, (service.methods()[m].path, Counters::default()));
+        }
+        self.table.extend(added.into_iter().map(|(op, m)| (op, (idx, m))));
         self.services.push(service);
         Ok(self)
     }
@@ -224,7 +298,10 @@ impl Dispatcher {
 
     fn record(&self, e: ServerError) {
         if self.config.log_errors {
-            eprintln!("{e}");
+            // Not `eprintln!`, which panics when stderr is closed (e.g.
+            // `gpu-run ... 2>&1 | head`): a lost log line must not take the
+            // server thread, and the call it serves, down with it.
+            let _ = writeln!(std::io::stderr(), "{e}");
         }
         // Relaxed: a statistic.
         self.error_count.fetch_add(1, Ordering::Relaxed);
@@ -256,7 +333,8 @@ impl Dispatcher {
     /// `done` is set (the kernel is over) and a last pass finds nothing to
     /// do. When a pass finds nothing, the thread spins (`idle_spins` passes,
     /// for the lowest latency when it has a core to itself) and then yields.
-    /// [`serve_pool`] is the same loop over several regions.
+    /// Returns the warp-calls this thread served. [`serve_pool`] is the same
+    /// loop over several regions.
     pub fn serve_until(
         &self,
         server: &Server<'_>,
@@ -264,7 +342,7 @@ impl Dispatcher {
         threads: u32,
         done: &AtomicBool,
         idle_spins: u32,
-    ) -> Result<(), Abandoned> {
+    ) -> Result<u64, Abandoned> {
         let region = Served {
             server,
             dispatcher: self,
@@ -291,7 +369,13 @@ impl Dispatcher {
             .table
             .get(&opcode)
             .map(|&(s, m)| (s, m, &self.services[s].methods()[m]));
-        let r = self.serve_decoded(port, method);
+        let started = self.config.metrics.then(Instant::now);
+        let mut record = CallRecord::default();
+        let r = self.serve_decoded(port, method, &mut record);
+        if let (Ok(()), Some(started)) = (&r, started) {
+            let counters = self.counters.get(&opcode).map_or(&self.unknown, |(_, c)| c);
+            counters.add(&record, started.elapsed());
+        }
         if let Err(a) = r {
             self.record(ServerError {
                 opcode,
@@ -320,6 +404,7 @@ impl Dispatcher {
         &self,
         port: Port<'_, '_, ServerSide, Fresh>,
         method: Option<(usize, usize, &'static MethodInfo)>,
+        record: &mut CallRecord,
     ) -> Result<(), Abandoned> {
         let index = port.index();
         let opcode = port.opcode();
@@ -395,6 +480,10 @@ impl Dispatcher {
             );
             let port = port.send_words(1, |_, b| b.data[0] = status as u32 as u64)?;
             port.close();
+            for _ in iter_lanes(lanes) {
+                record.lane(status);
+            }
+            record.bytes_in = 8 * lanes.count_ones() as u64;
             return Ok(());
         }
 
@@ -462,12 +551,17 @@ impl Dispatcher {
         let lens = |lane: u32, i: usize| lens_of(&blocks[lane as usize], i);
 
         // Size limits on streamed inputs and out-buffers (checked before
-        // anything is allocated for them).
+        // anything is allocated for them): each buffer against the per-lane
+        // limit, then the call's lanes, in order, against its budget.
         let limit = self.config.max_stream_bytes;
+        let budget = self.config.max_call_bytes;
+        let mut committed = 0u64;
         for lane in iter_lanes(lanes) {
             let l = lane as usize;
+            let mut wants = 0u64;
             for i in 0..n_in {
                 let len = lens(lane, i);
+                wants = wants.saturating_add(len);
                 if len > limit && status[l] == Status::Ok {
                     status[l] = Status::TooLarge;
                     detail[l] = i as u32;
@@ -485,6 +579,7 @@ impl Dispatcher {
                 for (j, &es) in d.out_elem_sizes.iter().enumerate() {
                     let count = lens(lane, n_in + j);
                     let bytes = count.saturating_mul(es as u64);
+                    wants = wants.saturating_add(bytes);
                     if bytes > limit && status[l] == Status::Ok {
                         status[l] = Status::TooLarge;
                         detail[l] = (n_in + j) as u32;
@@ -499,6 +594,25 @@ impl Dispatcher {
                             ),
                         });
                     }
+                }
+            }
+            if status[l] == Status::Ok {
+                if committed.saturating_add(wants) > budget {
+                    status[l] = Status::TooLarge;
+                    detail[l] = u32::MAX;
+                    self.record(ServerError {
+                        opcode,
+                        method: method_name,
+                        port: index,
+                        lane: Some(lane),
+                        status: Status::TooLarge,
+                        message: format!(
+                            "the lane's streams and out-buffers ({wants} bytes) would take the call past \
+                             its budget of {budget} bytes (max_call_bytes; {committed} taken by earlier lanes)"
+                        ),
+                    });
+                } else {
+                    committed += wants;
                 }
             }
         }
@@ -595,6 +709,16 @@ impl Dispatcher {
         }
         // Relaxed: a statistic.
         self.calls.fetch_add(1, Ordering::Relaxed);
+        for lane in iter_lanes(lanes) {
+            let l = lane as usize;
+            record.lane(call.status[l]);
+            let streamed: u64 = (0..n_in).map(|i| lens_of(&call.blocks[l], i)).sum();
+            record.bytes_in += 8 + block_len as u64 + streamed;
+            if frame.reply && call.status[l] == Status::Ok {
+                let outs: usize = call.outs[l].iter().map(Vec::len).sum();
+                record.bytes_out += (desc.map_or(0, |d| d.ret_bytes as usize) + outs) as u64;
+            }
+        }
 
         if !frame.reply {
             port.close();
@@ -671,7 +795,8 @@ pub struct Served<'r, 'a> {
 /// running, this thread's slice of its ports first. A region leaves the pool
 /// when its kernel is over and a pass finds nothing pending, or when a wait
 /// on it was abandoned; that does not stop the others. Returns each region's
-/// outcome, in order.
+/// outcome, in order: the warp-calls this thread served on it (a run's own
+/// count, however many runs share the dispatcher), or the abandoned call.
 ///
 /// ```
 /// use std::sync::atomic::AtomicBool;
@@ -683,20 +808,21 @@ pub struct Served<'r, 'a> {
 /// let done = AtomicBool::new(true); // both "kernels" are over already
 /// let (sa, sb) = (a.server(), b.server());
 /// let pool = [Served { server: &sa, dispatcher: &d, done: &done }, Served { server: &sb, dispatcher: &d, done: &done }];
-/// assert!(serve_pool(&pool, 0, 1, 0).iter().all(Result::is_ok));
+/// assert_eq!(serve_pool(&pool, 0, 1, 0), [Ok(0), Ok(0)]);
 /// ```
 pub fn serve_pool(
     regions: &[Served<'_, '_>],
     thread: u32,
     threads: u32,
     idle_spins: u32,
-) -> Vec<Result<(), Abandoned>> {
+) -> Vec<Result<u64, Abandoned>> {
     let threads = threads.max(1);
-    let mut outcome: Vec<Option<Result<(), Abandoned>>> = regions.iter().map(|_| None).collect();
+    let mut outcome: Vec<Option<Result<u64, Abandoned>>> = regions.iter().map(|_| None).collect();
+    let mut counts: Vec<u64> = regions.iter().map(|_| 0).collect();
     let mut idle = 0u32;
     while outcome.iter().any(Option::is_none) {
         let mut served = 0;
-        for (r, out) in regions.iter().zip(outcome.iter_mut()) {
+        for ((r, out), count) in regions.iter().zip(outcome.iter_mut()).zip(counts.iter_mut()) {
             if out.is_some() {
                 continue;
             }
@@ -716,8 +842,11 @@ pub fn serve_pool(
             })();
             match pass {
                 Err(a) => *out = Some(Err(a)),
-                Ok(0) if finished => *out = Some(Ok(())),
-                Ok(n) => served += n,
+                Ok(0) if finished => *out = Some(Ok(*count)),
+                Ok(n) => {
+                    served += n;
+                    *count += n as u64;
+                }
             }
         }
         if served > 0 {
@@ -745,6 +874,11 @@ struct Scratch {
 
 /// Largest buffer a server thread keeps for reuse.
 const KEEP_BYTES: usize = 1 << 20;
+
+/// The most scratch capacity a server thread keeps between calls, over all
+/// its buffers: past it, buffers are freed (largest first, so small ones
+/// keep their reuse).
+const KEEP_TOTAL_BYTES: usize = 4 << 20;
 
 impl Scratch {
     fn new() -> Scratch {
@@ -778,6 +912,24 @@ impl Scratch {
             .chain(self.outs.iter_mut())
             .flatten()
             .for_each(trim);
+        let mut kept: Vec<&mut Vec<u8>> = self
+            .blocks
+            .iter_mut()
+            .chain(self.rets.iter_mut())
+            .chain(self.streams.iter_mut().chain(self.outs.iter_mut()).flatten())
+            .filter(|v| v.capacity() > 0)
+            .collect();
+        let mut total: usize = kept.iter().map(|v| v.capacity()).sum();
+        if total > KEEP_TOTAL_BYTES {
+            kept.sort_unstable_by_key(|v| std::cmp::Reverse(v.capacity()));
+            for v in kept {
+                if total <= KEEP_TOTAL_BYTES {
+                    break;
+                }
+                total -= v.capacity();
+                *v = Vec::new();
+            }
+        }
         SCRATCH.with(|s| *s.borrow_mut() = Some(self));
     }
 }
@@ -1038,5 +1190,36 @@ impl ServerCall<'_> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// After a call with 64 lanes × 7 out-buffers of 1 MiB (each at the
+    /// per-buffer cap, so each alone would be kept), the thread keeps at most
+    /// `KEEP_TOTAL_BYTES` of scratch in all.
+    #[test]
+    fn scratch_kept_between_calls_is_capped_in_total() {
+        let mut s = Scratch::take();
+        for outs in s.outs.iter_mut() {
+            *outs = (0..7).map(|_| Vec::with_capacity(KEEP_BYTES)).collect();
+        }
+        for b in s.blocks.iter_mut() {
+            b.reserve_exact(64);
+        }
+        s.put();
+        let s = Scratch::take();
+        let kept: usize = s
+            .blocks
+            .iter()
+            .chain(&s.rets)
+            .chain(s.streams.iter().chain(&s.outs).flatten())
+            .map(Vec::capacity)
+            .sum();
+        assert!(kept <= KEEP_TOTAL_BYTES, "kept {kept} bytes");
+        // The small buffers survive: they are freed last.
+        assert!(s.blocks.iter().all(|b| b.capacity() >= 64));
     }
 }

@@ -243,6 +243,7 @@ fn dispatcher() -> Dispatcher {
         max_stream_bytes: LIMIT,
         log_errors: false,
         keep_errors: 16,
+        ..ServerConfig::default()
     });
     d.add_arc(Arc::new(FuzzService)).unwrap();
     d

@@ -623,6 +623,9 @@ struct Outcome {
     lane_calls: u64,
 }
 
+/// Server threads on the stub region.
+const STUB_SERVERS: u32 = 3;
+
 /// One simulated kernel of `WARPS` warps running the random programs of
 /// `seed` against a raw region (4 ports) and a stub region (3 ports): fewer
 /// ports than groups, so ports are contended and reused.
@@ -645,10 +648,15 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
     let abort = AtomicBool::new(false);
     let result = std::thread::scope(|s| {
         s.spawn(|| raw_server.run(&raw_region, &done, &abort));
-        s.spawn(|| {
-            let server = stub_region.server().with_abort(&abort);
-            let _ = dispatcher.serve_until(&server, 0, 1, &done, 64);
-        });
+        // Several server threads on the stub region, as the GPU runs use
+        // (each port with one thread at a time; any thread serves any port).
+        for t in 0..STUB_SERVERS {
+            let (dispatcher, stub_region, abort, done) = (&dispatcher, &stub_region, &abort, &done);
+            s.spawn(move || {
+                let server = stub_region.server().with_abort(abort);
+                let _ = dispatcher.serve_until(&server, t, STUB_SERVERS, done, 64);
+            });
+        }
         let raw = raw_region.client();
         let stub = stub_region.client();
         let config = sim::Config {

@@ -1,12 +1,14 @@
 //! The host side of the standard services (feature `std`).
 
 use std::fmt;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Write};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use super::sandbox::{Access, Sandbox};
 use super::{flags, Fd, IoError, Std};
 
 /// How many [`DevicePanic`]s a [`StdHost`] keeps (later ones are counted in
@@ -28,19 +30,19 @@ pub enum ExitMode {
     Record,
 }
 
-/// Which [`Std::open`] calls the host allows.
+/// Which directions of [`Std::open`] the host allows at all; *where* is
+/// [`StdHostConfig::read_dirs`] and [`StdHostConfig::write_dirs`] (the trust
+/// model: `services/sandbox.rs`, README "Standard services").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum FileAccess {
     /// Every `open` fails with `EACCES`.
     Off,
-    /// Only `flags::READ` opens; anything that could write fails with
-    /// `EACCES`.
-    ReadOnly,
-    /// Reading and writing, with the host process's permissions (the
-    /// default): a kernel run by a loader is the user's program, like a CPU
-    /// program, as with LLVM libc's GPU loader. Choose `Off` or `ReadOnly` for
-    /// kernels you do not trust with your files.
+    /// Only `flags::READ` opens, beneath the read or write directories
+    /// (the default); anything that could write fails with `EACCES`.
     #[default]
+    ReadOnly,
+    /// Reads as `ReadOnly`, and writes (create, truncate, append) beneath
+    /// the write directories.
     ReadWrite,
 }
 
@@ -64,15 +66,28 @@ pub struct StdHostConfig {
     pub stderr: Box<dyn Write + Send>,
     /// What `exit`/`abort` do (default [`ExitMode::Process`]).
     pub exit: ExitMode,
-    /// Which opens are allowed (default [`FileAccess::ReadWrite`]).
+    /// Which directions opens may take (default [`FileAccess::ReadOnly`]).
     pub files: FileAccess,
+    /// Directories whose files kernels may read (default: the working
+    /// directory). Paths resolve beneath them; see [`FileAccess`].
+    pub read_dirs: Vec<PathBuf>,
+    /// Directories whose files kernels may also write, create, truncate and
+    /// append to, with [`FileAccess::ReadWrite`] (default: the working
+    /// directory).
+    pub write_dirs: Vec<PathBuf>,
     /// Most files open at once (default 64); more opens fail with `EMFILE`.
     pub max_open_files: usize,
     /// Environment variables [`Std::getenv`] may read (default: none).
     pub env_allowlist: Vec<String>,
     /// Print each reported panic to the stderr sink (default true).
     pub print_panics: bool,
+    /// Run just before [`ExitMode::Process`] ends the process, with the exit
+    /// code (`None` for an abort): e.g. a loader printing its statistics.
+    pub before_exit: Option<ExitHook>,
 }
+
+/// A [`StdHostConfig::before_exit`] hook.
+pub type ExitHook = Arc<dyn Fn(Option<i32>) + Send + Sync>;
 
 impl Default for StdHostConfig {
     fn default() -> Self {
@@ -80,10 +95,13 @@ impl Default for StdHostConfig {
             stdout: Box::new(io::stdout()),
             stderr: Box::new(io::stderr()),
             exit: ExitMode::Process,
-            files: FileAccess::ReadWrite,
+            files: FileAccess::ReadOnly,
+            read_dirs: vec![PathBuf::from(".")],
+            write_dirs: vec![PathBuf::from(".")],
             max_open_files: 64,
             env_allowlist: Vec::new(),
             print_panics: true,
+            before_exit: None,
         }
     }
 }
@@ -93,6 +111,8 @@ impl fmt::Debug for StdHostConfig {
         f.debug_struct("StdHostConfig")
             .field("exit", &self.exit)
             .field("files", &self.files)
+            .field("read_dirs", &self.read_dirs)
+            .field("write_dirs", &self.write_dirs)
             .field("max_open_files", &self.max_open_files)
             .field("env_allowlist", &self.env_allowlist)
             .field("print_panics", &self.print_panics)
@@ -122,6 +142,36 @@ impl StdHostConfig {
     /// Set the [`FileAccess`] policy.
     pub fn files(mut self, access: FileAccess) -> Self {
         self.files = access;
+        self
+    }
+
+    /// Let kernels read files beneath `dir` too (besides
+    /// [`read_dirs`](Self::read_dirs)' defaults; assign the field to replace
+    /// them).
+    ///
+    /// ```
+    /// use gpu_rpc::services::StdHostConfig;
+    /// let c = StdHostConfig::default().allow_read("/data/in");
+    /// assert_eq!(c.read_dirs.last().unwrap().to_str(), Some("/data/in"));
+    /// ```
+    pub fn allow_read(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.read_dirs.push(dir.into());
+        self
+    }
+
+    /// Let kernels read and write files beneath `dir` too, and allow writes
+    /// ([`FileAccess::ReadWrite`]).
+    ///
+    /// ```
+    /// use gpu_rpc::services::{FileAccess, StdHostConfig};
+    /// let c = StdHostConfig::default().allow_write("/data/out");
+    /// assert_eq!(c.files, FileAccess::ReadWrite);
+    /// ```
+    pub fn allow_write(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.write_dirs.push(dir.into());
+        if self.files == FileAccess::ReadOnly {
+            self.files = FileAccess::ReadWrite;
+        }
         self
     }
 
@@ -250,9 +300,11 @@ struct Inner {
     stderr: Mutex<Box<dyn Write + Send>>,
     exit_mode: ExitMode,
     files: FileAccess,
+    sandbox: Sandbox,
     max_open_files: usize,
     env_allowlist: Vec<String>,
     print_panics: bool,
+    before_exit: Option<ExitHook>,
     exit_code: OnceLock<i32>,
     aborted: AtomicBool,
     panics: Mutex<Vec<DevicePanic>>,
@@ -291,6 +343,7 @@ impl fmt::Debug for StdHost {
         f.debug_struct("StdHost")
             .field("exit_mode", &self.inner.exit_mode)
             .field("files", &self.inner.files)
+            .field("dirs", &self.inner.sandbox.dirs().collect::<Vec<_>>())
             .field("exit_code", &self.exit_code())
             .field("aborted", &self.aborted())
             .field("panic_count", &self.panic_count())
@@ -314,15 +367,23 @@ fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl StdHost {
     /// A host with this configuration.
     pub fn new(config: StdHostConfig) -> Self {
+        let (sandbox, problems) = Sandbox::new(&config.read_dirs, &config.write_dirs);
+        let mut stderr = config.stderr;
+        for p in problems {
+            // The host's own diagnostic; a failing sink only loses it.
+            let _ = writeln!(stderr, "gpu_rpc services: not serving files from {p}");
+        }
         StdHost {
             inner: Arc::new(Inner {
                 stdout: Mutex::new(config.stdout),
-                stderr: Mutex::new(config.stderr),
+                stderr: Mutex::new(stderr),
                 exit_mode: config.exit,
                 files: config.files,
+                sandbox,
                 max_open_files: config.max_open_files,
                 env_allowlist: config.env_allowlist,
                 print_panics: config.print_panics,
+                before_exit: config.before_exit,
                 exit_code: OnceLock::new(),
                 aborted: AtomicBool::new(false),
                 panics: Mutex::new(Vec::new()),
@@ -462,6 +523,9 @@ impl Std for StdHost {
     fn exit(&self, code: i32) -> ! {
         let _ = self.flush();
         if self.inner.exit_mode == ExitMode::Process {
+            if let Some(hook) = &self.inner.before_exit {
+                hook(Some(code));
+            }
             std::process::exit(code);
         }
         let _ = self.inner.exit_code.set(code);
@@ -471,6 +535,9 @@ impl Std for StdHost {
     fn abort(&self) -> ! {
         let _ = self.flush();
         if self.inner.exit_mode == ExitMode::Process {
+            if let Some(hook) = &self.inner.before_exit {
+                hook(None);
+            }
             std::process::abort();
         }
         // Relaxed: a flag (see `aborted`).
@@ -523,17 +590,17 @@ impl Std for StdHost {
             FileAccess::ReadOnly if write => return Err(IoError::EACCES),
             _ => {}
         }
-        let file = OpenOptions::new()
-            .read(read)
-            .write(write)
-            .append(append)
-            .create(create)
-            .create_new(create_new)
-            .truncate(truncate)
-            .open(path)?;
-        if file.metadata().is_ok_and(|m| m.is_dir()) {
-            return Err(IoError::EISDIR);
-        }
+        let file = self.inner.sandbox.open(
+            path,
+            Access {
+                read,
+                write,
+                append,
+                create,
+                create_new,
+                truncate,
+            },
+        )?;
         let open = Arc::new(OpenFile {
             file: Mutex::new(file),
             readable: read,

@@ -342,6 +342,12 @@ impl ConformHost {
             if text.len() < max {
                 let log = lock(lane);
                 let mut model = log.model.clone();
+                // The very next call, fire-and-forget notes included (a lane
+                // stuck in a note shows here, not in `next`).
+                let first = match log.model.clone().next_call(&mut scratch) {
+                    Some((s, w)) => format!("step {s} {}", describe_want(&w, &mut scratch)),
+                    None => "nothing".to_string(),
+                };
                 let next = loop {
                     match model.next_call(&mut scratch) {
                         Some((_, Want::Call(Call::Note { .. }))) => continue,
@@ -351,7 +357,7 @@ impl ConformHost {
                 };
                 let last = log.last_step.map(|s| s.to_string()).unwrap_or_else(|| "-".into());
                 text.push(format!(
-                    "gid {gid} (received {} calls, last step {last}; next expected {next})",
+                    "gid {gid} (received {} calls, last step {last}; next expected {next}; next call {first})",
                     log.received
                 ));
             }

@@ -319,22 +319,26 @@ struct Outcome {
 enum Msg {
     Device(String),
     Plan(u64),
-    Start(Shape, Arc<ConformHost>, Arc<Dispatcher>, Arc<PinnedBuffer>),
+    Start(
+        Shape,
+        Arc<ConformHost>,
+        Arc<Dispatcher>,
+        Arc<PinnedBuffer>,
+        Arc<CudaRegion>,
+    ),
     Done(Outcome),
     NotRun(u64, String),
     Fatal(String),
 }
 
 fn run_shape(
-    dev: &CudaDevice,
+    region: &CudaRegion,
     kernel: &Kernel<'_>,
     shape: &Shape,
     host: &Arc<ConformHost>,
     d: &Dispatcher,
     results: &PinnedBuffer,
 ) -> Result<Outcome, String> {
-    let e = |e: CudaError| e.to_string();
-    let region = CudaRegion::new(dev, shape.ports).map_err(e)?;
     let cfg = Launch {
         grid: (shape.grid, 1, 1),
         block: (shape.block, 1, 1),
@@ -347,7 +351,7 @@ fn run_shape(
         KernelArg::Ptr(results.device_ptr()),
     ];
     let t0 = Instant::now();
-    let r = launch_with_region(&region, kernel, &cfg, d, &args);
+    let r = launch_with_region(region, kernel, &cfg, d, &args);
     let secs = t0.elapsed().as_secs_f64();
     let label = shape.label();
     let repro = shape.repro();
@@ -387,7 +391,7 @@ fn run_shape(
         .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
         .collect();
     let verdict = host.verify(&words, d);
-    let quiet = region.is_quiescent().map_err(e)?;
+    let quiet = region.is_quiescent().map_err(|e| e.to_string())?;
     let stats = format!(
         "{} lane-calls, {} warp-calls, {:.2} s",
         verdict.lane_calls, report.calls, secs
@@ -473,13 +477,15 @@ fn worker(o: &Opts, tx: &std::sync::mpsc::Sender<Msg>) -> Result<(), String> {
         // SAFETY: no kernel uses the buffer yet.
         unsafe { results.as_mut_slice() }.fill(0xff);
         let results = Arc::new(results);
+        let region = Arc::new(CudaRegion::new(&dev, shape.ports).map_err(e)?);
         let _ = tx.send(Msg::Start(
             shape.clone(),
             Arc::clone(&host),
             Arc::clone(&d),
             Arc::clone(&results),
+            Arc::clone(&region),
         ));
-        let outcome = run_shape(&dev, &kernel, shape, &host, &d, &results)?;
+        let outcome = run_shape(&region, &kernel, shape, &host, &d, &results)?;
         let lost = outcome.context_lost;
         let _ = tx.send(Msg::Done(outcome));
         if lost {
@@ -510,7 +516,14 @@ fn run_in_process(o: Opts) -> ExitCode {
     let mut stats = Stats::default();
     // Loading the module JIT-compiles the PTX: allow it more time.
     let mut wait = o.timeout * 10;
-    type Current = (Shape, Arc<ConformHost>, Arc<Dispatcher>, Arc<PinnedBuffer>, Instant);
+    type Current = (
+        Shape,
+        Arc<ConformHost>,
+        Arc<Dispatcher>,
+        Arc<PinnedBuffer>,
+        Arc<CudaRegion>,
+        Instant,
+    );
     let mut current: Option<Current> = None;
     let mut fatal = false;
     let mut planned = 0;
@@ -518,8 +531,8 @@ fn run_in_process(o: Opts) -> ExitCode {
         match rx.recv_timeout(wait) {
             Ok(Msg::Device(d)) => println!("#device {d}"),
             Ok(Msg::Plan(n)) => planned = n,
-            Ok(Msg::Start(shape, host, d, results)) => {
-                current = Some((shape, host, d, results, Instant::now()));
+            Ok(Msg::Start(shape, host, d, results, region)) => {
+                current = Some((shape, host, d, results, region, Instant::now()));
                 wait = o.timeout;
             }
             Ok(Msg::Done(out)) => {
@@ -554,7 +567,7 @@ fn run_in_process(o: Opts) -> ExitCode {
                 stats.failed += 1;
                 stats.hangs += 1;
                 match &current {
-                    Some((shape, host, d, results, t0)) => {
+                    Some((shape, host, d, results, region, t0)) => {
                         // SAFETY: the buffer is alive (this thread holds an
                         // `Arc`); the hung kernel may still write it, so the
                         // words are read one by one, volatile, for a
@@ -572,6 +585,19 @@ fn run_in_process(o: Opts) -> ExitCode {
                             d.error_count(),
                             shape.repro()
                         );
+                        // Where the calls stopped: every port not at rest.
+                        match region.busy_ports() {
+                            Ok(busy) if busy.is_empty() => println!("#hang every port is at rest"),
+                            Ok(busy) => {
+                                for p in busy.iter().take(16) {
+                                    println!("#hang {p}");
+                                }
+                                if busy.len() > 16 {
+                                    println!("#hang ... {} more ports not at rest", busy.len() - 16);
+                                }
+                            }
+                            Err(e) => println!("#hang cannot read the ports: {e}"),
+                        }
                     }
                     None => println!(
                         "FAIL setup: hang: no progress for {} s (loading the kernel?)",
