@@ -33,6 +33,9 @@ expect 3 "$dir/hello_gpu" --blocks 2 --threads 64
 if [ -x "$dir/gpu-run" ]; then
   step "gpu-run on gpu_main (prints, exits with 3)"
   expect 3 "$dir/gpu-run" --threads 32 --blocks 2 "$dir/kernels.ptx" first "second arg"
+  step "gpu-run with 1024-thread blocks, 132 of them (every SM of an H100/H200; expects 3)"
+  expect 3 "$dir/gpu-run" --threads 1024 --blocks 132 "$dir/kernels.ptx" > /tmp/gpu-run-1024.txt
+  echo "$(wc -l < /tmp/gpu-run-1024.txt) lines printed"
   step "gpu-run --all-devices (every visible GPU at once, one server pool; expects 3)"
   expect 3 "$dir/gpu-run" --all-devices --threads 32 "$dir/kernels.ptx"
   step "gpu-run error paths"

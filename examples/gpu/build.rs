@@ -8,10 +8,12 @@ fn main() {
     let emitted = rpc_build::DeviceBuild::new("kernels")
         .target(rpc_build::Target::Nvptx { sm })
         .optional(true)
-        // The SAXPY with a print holds CUDA printf's register figure: its own
-        // frame needs 10, and the cold print and panic paths it may call
-        // (separate functions) are held to the same limit instead of lifting it.
+        // The compute kernels with a print hold CUDA printf's register
+        // figure: their own frames need about 10, and the cold print and panic
+        // paths they may call (separate functions) are held to the same limit
+        // instead of lifting it.
         .kernel_max_registers("saxpy_print_kernel", 24)
+        .kernel_max_registers("fma_print_kernel", 24)
         .build_to_out_dir("kernels.ptx")
         .unwrap_or_else(|e| panic!("{e}"));
     if let rpc_build::Emitted::Skipped { reason, .. } = &emitted {

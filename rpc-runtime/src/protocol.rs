@@ -716,11 +716,20 @@ impl<'a, S: Side> Process<'a, S> {
         let (word, shift) = self.local_slot(index);
         let mut before = 0;
         if lanes::is_first_lane(mask) {
-            // Relaxed RMW: only its atomicity matters here (one winner); the
-            // ordering comes from the acquire fence below (NVPTX drops orderings
-            // on RMWs anyway, see GPU-TOOLCHAIN.md). The lock is side-local, so
-            // this RMW never touches shared memory.
-            before = word.fetch_or(LOCK_BIT << shift, Ordering::Relaxed);
+            // Test before test-and-set: a port seen locked costs a load, not
+            // a read-modify-write. Thousands of groups sweeping a few ports
+            // otherwise queue their RMWs on the same few lock words, and the
+            // holders' unlocks wait behind them (what made 1024-thread blocks
+            // on every SM crawl). Relaxed: a stale "locked" only skips the
+            // port this sweep; a stale "free" is settled by the RMW.
+            before = word.load(Ordering::Relaxed);
+            if before & (LOCK_BIT << shift) == 0 {
+                // Relaxed RMW: only its atomicity matters here (one winner);
+                // the ordering comes from the acquire fence below (NVPTX drops
+                // orderings on RMWs anyway, see GPU-TOOLCHAIN.md). The lock is
+                // side-local, so this RMW never touches shared memory.
+                before = word.fetch_or(LOCK_BIT << shift, Ordering::Relaxed);
+            }
         }
         let state = lanes::broadcast(mask, before) >> shift;
         if state & LOCK_BIT != 0 {
@@ -954,6 +963,7 @@ impl<'a> Client<'a> {
         let first = lanes::broadcast(mask, start) % n;
         let mut index = first;
         let mut backoff = Backoff::new();
+        let mut sweeps = 0u32;
         loop {
             // Every branch below depends only on values broadcast from the
             // group's first lane, so the group's lanes stay on one index.
@@ -991,8 +1001,17 @@ impl<'a> Client<'a> {
             if index == n {
                 index = 0;
             }
-            if cfg!(loom) || index == first {
+            if cfg!(loom) {
                 backoff.snooze();
+            } else if index == first {
+                // A whole sweep found every port busy: pause longer after
+                // each one (1, 2, 4 .. 16 snoozes), so that groups waiting for
+                // a port leave the issue slots and the lock words to the
+                // groups that hold ports — often lanes of the same warp.
+                for _ in 0..1u32 << sweeps {
+                    backoff.snooze();
+                }
+                sweeps = (sweeps + 1).min(4);
             }
         }
     }

@@ -8,12 +8,16 @@
 //!    and server threads, against one warp alone;
 //! 3. `bandwidth`: `Bench::sink(&[u8])` of 64 B .. 1 MiB per lane-call from
 //!    one warp, against `cuMemcpyDtoH` of the same bytes;
-//! 4. `print`: 100k threads printing one line each through `print_stderr`
+//! 4. `tax`: what linking gpu_rpc costs kernels that only *may* print — a
+//!    SAXPY over 1 GiB and an FMA chain, each with and without one
+//!    conditional `gpu_println!` and an `assert!`: registers and run time
+//!    against the kernel without gpu_rpc, alternated in one run;
+//! 5. `print`: 100k threads printing one line each through `print_stderr`
 //!    into a file, against CUDA's device `printf` (run with `printf PTX` as
 //!    separate invocations so each can redirect its own output).
 //!
 //! ```text
-//! gpu_bench all                        # 1-3 and the RPC half of 4
+//! gpu_bench all                        # 1-4 (`print` runs on its own)
 //! gpu_bench print-rpc OUT_FILE         # 4, gpu_rpc half
 //! gpu_bench print-cuda printf.ptx      # 4, CUDA printf half (stdout -> file)
 //! ```
@@ -149,13 +153,13 @@ fn contention(dev: &CudaDevice, module: &Module) {
     println!("| blocks × threads | warps | ports | server threads | M warp-calls/s | M lane-calls/s | × one warp |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
     // 132 blocks × 128 threads (528 warps, the reference's configuration),
-    // 528 blocks × 128 threads (2112 warps), and 264 × 512 (4224 warps, the
-    // thread count of the reference's 132 × 1024: 1024-thread blocks of this
-    // kernel need more registers per SM than there are).
+    // 528 blocks × 128 threads (2112 warps), and the same 4224 warps as
+    // 264 × 512 and as 132 × 1024 (every SM full).
     for (grid, block, port_list) in [
         (sms, 128u32, vec![64u32, 512, 4096]),
         (sms * 4, 128, vec![64, 512, 4096]),
-        (sms * 2, 512, vec![512, 4096]),
+        (sms * 2, 512, vec![64, 512, 4096]),
+        (sms, 1024, vec![64, 512, 4096]),
     ] {
         for &ports in &port_list {
             for servers in [1usize, 2, 4, 8] {
@@ -314,6 +318,78 @@ fn print_cuda(dev: &CudaDevice, ptx_path: &str) {
     );
 }
 
+/// Median, min and max of `v`.
+fn spread(v: &mut [f64]) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
+/// The tax (workload 4): each pair — the kernel without gpu_rpc, the same
+/// with a conditional print and an assert — alternated `REPS` times in one
+/// run.
+fn tax(dev: &CudaDevice, module: &Module) {
+    const REPS: usize = 9;
+    // SAXPY over 1 GiB per array (memory-bound); an FMA chain of 8192 steps
+    // on 4 Mi elements (compute-bound). Inputs are zero, so results stay
+    // finite and the print branches are never taken.
+    let big = 1usize << 28;
+    let x = DeviceBuffer::new(dev, big * 4).unwrap();
+    let y = DeviceBuffer::new(dev, big * 4).unwrap();
+    let small = 1u32 << 22;
+    let iters = 8192u32;
+    let saxpy_args = [
+        KernelArg::U32(big as u32),
+        KernelArg::F32(2.0),
+        KernelArg::Ptr(x.device_ptr()),
+        KernelArg::Ptr(y.device_ptr()),
+    ];
+    let fma_args = [
+        KernelArg::U32(small),
+        KernelArg::U32(iters),
+        KernelArg::Ptr(x.device_ptr()),
+    ];
+    println!("\n### 4. The tax of a possible print ({REPS} alternated runs each, kernel time by CUDA events)\n");
+    println!("| kernel | registers | ms, median [min, max] | × without gpu_rpc (median) |");
+    println!("|---|---:|---:|---:|");
+    for (plain, print, n, args) in [
+        ("saxpy_kernel", "saxpy_print_kernel", big as u32, &saxpy_args[..]),
+        ("fma_kernel", "fma_print_kernel", small, &fma_args[..]),
+    ] {
+        let kernels = [module.kernel(plain).unwrap(), module.kernel(print).unwrap()];
+        let cfg = Launch {
+            grid: (n.div_ceil(256), 1, 1),
+            block: (256, 1, 1),
+            port_count: 1,
+            ..Launch::default()
+        };
+        let d = Dispatcher::new(ServerConfig::default());
+        let mut times = [Vec::new(), Vec::new()];
+        for rep in 0..=REPS {
+            for (k, t) in kernels.iter().zip(times.iter_mut()) {
+                let r = launch(k, &cfg, &d, args).unwrap();
+                assert_eq!(r.calls, 0, "{}: the print branch ran", k.name());
+                // The first round warms up the module and the memory.
+                if rep > 0 {
+                    t.push(kernel_secs(&r) * 1e3);
+                }
+            }
+        }
+        let base = spread(&mut times[0].clone()).0;
+        for (k, t) in kernels.iter().zip(times.iter_mut()) {
+            let regs = k
+                .resources()
+                .map(|r| r.registers.to_string())
+                .unwrap_or_else(|e| e.to_string());
+            let (med, lo, hi) = spread(t);
+            println!(
+                "| `{}` | {regs} | {med:.3} [{lo:.3}, {hi:.3}] | {:.3} |",
+                k.name(),
+                med / base
+            );
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let what = args.get(1).map(String::as_str).unwrap_or("all");
@@ -340,15 +416,17 @@ fn main() {
         "null" => null(&dev, &module),
         "contention" => contention(&dev, &module),
         "bandwidth" => bandwidth(&dev, &module),
+        "tax" => tax(&dev, &module),
         "print-rpc" => print_rpc(&module, args.get(2).map(String::as_str).unwrap_or("/tmp/print-rpc.txt")),
         "all" => {
             null(&dev, &module);
             contention(&dev, &module);
             bandwidth(&dev, &module);
+            tax(&dev, &module);
         }
         other => {
             eprintln!(
-                "gpu_bench: unknown workload `{other}` (null, contention, bandwidth, print-rpc, print-cuda, all)"
+                "gpu_bench: unknown workload `{other}` (null, contention, bandwidth, tax, print-rpc, print-cuda, all)"
             );
             std::process::exit(2)
         }

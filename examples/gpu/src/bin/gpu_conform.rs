@@ -23,7 +23,9 @@
 //!
 //! Options: `--seed S` (one seed), `--seeds N` (seeds 1..=N), `--block B`,
 //! `--grid G`, `--steps K` (top-level ops per lane; default by lane count),
-//! `--timeout SECS` (watchdog per launch, default 30), `--device N`,
+//! `--servers N` (server threads; default by seed),
+//! `--timeout SECS` (watchdog: a launch that serves no call for SECS, or runs
+//! 10 × SECS in all, is a hang; default 30), `--device N`,
 //! `--in-process` (run in this process, no child; what each child runs).
 //!
 //! Prints one line per launch (`PASS`/`FAIL`, with the command that
@@ -49,6 +51,10 @@ use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// the parent then does not try the other seeds.
 const SETUP_FAILED: u8 = 4;
 
+/// A launch is a hang when no call is served for `--timeout`, or when it
+/// is still running after this many timeouts although calls are served.
+const SLOW_FACTOR: u32 = 10;
+
 /// Block sizes every seed runs.
 const BLOCKS: [u32; 7] = [1, 31, 32, 33, 96, 256, 1024];
 
@@ -60,13 +66,14 @@ struct Opts {
     block: Option<u32>,
     grid: Option<u32>,
     steps: Option<u32>,
+    servers: Option<u32>,
     timeout: Duration,
     device: usize,
     in_process: bool,
 }
 
 fn usage() -> &'static str {
-    "usage: gpu_conform [--seed S | --seeds N] [--block B] [--grid G] [--steps K] [--timeout SECS] [--device N] [--in-process]"
+    "usage: gpu_conform [--seed S | --seeds N] [--block B] [--grid G] [--steps K] [--servers N] [--timeout SECS] [--device N] [--in-process]"
 }
 
 fn parse_args(args: &[String]) -> Result<Opts, String> {
@@ -76,6 +83,7 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
         block: None,
         grid: None,
         steps: None,
+        servers: None,
         timeout: Duration::from_secs(30),
         device: 0,
         in_process: false,
@@ -86,8 +94,9 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
             o.in_process = true;
             continue;
         }
-        const VALUED: [&str; 7] = [
+        const VALUED: [&str; 8] = [
             "--seed",
+            "--servers",
             "--seeds",
             "--block",
             "--grid",
@@ -113,6 +122,7 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
             "--grid" => o.grid = Some(positive(v)?),
             "--steps" => o.steps = Some(positive(v)?),
             "--timeout" => o.timeout = Duration::from_secs(positive(v)? as u64),
+            "--servers" => o.servers = Some(positive(v)?),
             _ => o.device = num(v)? as usize,
         }
     }
@@ -136,6 +146,9 @@ impl Opts {
         if let Some(g) = self.grid {
             v.extend(["--grid".to_string(), g.to_string()]);
         }
+        if let Some(n) = self.servers {
+            v.extend(["--servers".to_string(), n.to_string()]);
+        }
         if let Some(k) = self.steps {
             v.extend(["--steps".to_string(), k.to_string()]);
         }
@@ -156,6 +169,7 @@ struct Shape {
     ports: u32,
     servers: usize,
     steps_given: bool,
+    servers_given: bool,
 }
 
 impl Shape {
@@ -182,8 +196,9 @@ impl Shape {
             grid,
             steps,
             ports,
-            servers: [1, 2, 4, 8][(seed % 4) as usize],
+            servers: o.servers.map_or([1, 2, 4, 8][(seed % 4) as usize], |n| n as usize),
             steps_given: o.steps.is_some(),
+            servers_given: o.servers.is_some(),
         }
     }
 
@@ -210,8 +225,13 @@ impl Shape {
         } else {
             String::new()
         };
+        let servers = if self.servers_given {
+            format!(" --servers {}", self.servers)
+        } else {
+            String::new()
+        };
         format!(
-            "reproduce: gpu_conform --seed {} --block {} --grid {}{steps}",
+            "reproduce: gpu_conform --seed {} --block {} --grid {}{steps}{servers}",
             self.seed, self.block, self.grid
         )
     }
@@ -527,11 +547,13 @@ fn run_in_process(o: Opts) -> ExitCode {
     let mut current: Option<Current> = None;
     let mut fatal = false;
     let mut planned = 0;
+    let mut last_calls = 0;
     loop {
         match rx.recv_timeout(wait) {
             Ok(Msg::Device(d)) => println!("#device {d}"),
             Ok(Msg::Plan(n)) => planned = n,
             Ok(Msg::Start(shape, host, d, results, region)) => {
+                last_calls = 0;
                 current = Some((shape, host, d, results, region, Instant::now()));
                 wait = o.timeout;
             }
@@ -564,6 +586,22 @@ fn run_in_process(o: Opts) -> ExitCode {
             }
             Err(RecvTimeoutError::Disconnected) => break,
             Err(RecvTimeoutError::Timeout) => {
+                // A launch that still gets calls served is slow, not hung:
+                // wait on, up to `SLOW_FACTOR` timeouts in all.
+                let mut why = format!("no call served for {} s", o.timeout.as_secs());
+                if let Some((.., d, _, _, t0)) = &current {
+                    let calls = d.calls();
+                    if calls > last_calls {
+                        if t0.elapsed() < o.timeout * SLOW_FACTOR {
+                            last_calls = calls;
+                            continue;
+                        }
+                        why = format!(
+                            "still serving after {} s, the limit",
+                            (o.timeout * SLOW_FACTOR).as_secs()
+                        );
+                    }
+                }
                 stats.failed += 1;
                 stats.hangs += 1;
                 match &current {
@@ -578,7 +616,7 @@ fn run_in_process(o: Opts) -> ExitCode {
                         let (n, which) = host.unfinished(&words, 3);
                         let seen = format!("{}; {n} lanes unfinished, e.g. {which}", seen(host, d));
                         println!(
-                            "FAIL {}: hang: not finished after {:.0} s (watchdog; {} warp-calls served, server errors {}{seen}) | {}",
+                            "FAIL {}: hang: {why}, not finished after {:.0} s (watchdog; {} warp-calls served, server errors {}{seen}) | {}",
                             shape.label(),
                             t0.elapsed().as_secs_f64(),
                             d.calls(),
@@ -641,7 +679,7 @@ fn run_children(o: &Opts) -> ExitCode {
     let per_seed_launches = if o.block.is_some() { 1 } else { BLOCKS.len() as u32 };
     // The child's own watchdog ends it; this one only catches a child that
     // cannot end (e.g. stuck in the driver while exiting).
-    let backstop = o.timeout * (10 + per_seed_launches + 2) + Duration::from_secs(30);
+    let backstop = o.timeout * (10 + SLOW_FACTOR * per_seed_launches + 2) + Duration::from_secs(30);
     for seed in o.seed_list() {
         let mut cmd = Command::new(&exe);
         cmd.arg("--in-process")
