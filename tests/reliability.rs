@@ -517,6 +517,44 @@ fn a_calls_buffers_are_held_to_its_memory_budget() {
     );
 }
 
+/// Limits set beyond any host's memory (`u64::MAX` both) and a device that
+/// declares a 2^50-byte out-buffer: the lane is answered `TooLarge` (the
+/// allocation is tried and fails) instead of the process aborting, and the
+/// other lane is served.
+#[test]
+fn an_out_buffer_the_host_cannot_allocate_is_too_large_not_an_abort() {
+    let host = Arc::new(Host::default());
+    let mut d = Dispatcher::new(ServerConfig {
+        max_stream_bytes: u64::MAX,
+        max_call_bytes: u64::MAX,
+        log_errors: false,
+        ..ServerConfig::default()
+    });
+    d.add(RelServer(host.clone())).unwrap();
+    let region = Region::new(Layout::new(2, 2).unwrap());
+    let dev = Device::new(&region);
+    let word = RelRpc::FILL.frame_word().pack();
+    let lane = |count: u64| {
+        let mut block = vec![0u8; RelRpc::FILL.block_len()];
+        block[..8].copy_from_slice(&count.to_le_bytes());
+        frame(word, &block)
+    };
+    dev.inject(0, RelRpc::FILL.opcode, 0b11, &[(0, lane(1 << 50)), (1, lane(10))]);
+    // The server answers, then waits for the device to take lane 1's
+    // out-buffer packets; this device never does, so the raised abort flag
+    // ends it (one more, expected, error).
+    let _ = serve_once(&d, &region);
+    assert_eq!([dev.status(0, 0), dev.status(0, 1)], [Status::TooLarge, Status::Ok]);
+    let errors: Vec<_> = d
+        .errors()
+        .into_iter()
+        .filter(|e| e.status == Status::TooLarge)
+        .collect();
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0].lane, Some(0));
+    assert_has(&errors[0].to_string(), &["the host could not allocate it", "Rel::fill"]);
+}
+
 /// Garbage in the shared region of a GPU-shaped layout (4 lanes): empty and
 /// out-of-layout lane masks, lanes that disagree on the frame word, garbage
 /// frames and unknown opcodes written for ports no client holds. Each is one
@@ -760,8 +798,10 @@ fn kernel_dying_mid_call_does_not_hang_the_server() {
 #[test]
 fn kernel_returning_mid_call_is_reported_as_abandoned() {
     let (d, _) = dispatcher();
+    let region = Arc::new(Region::new(Layout::new(4, 1).unwrap()));
+    let (d2, r2) = (d.clone(), region.clone());
     let err = watchdog("kernel returning mid-call", 30, move || {
-        run(&one_thread(4), &d, |client, _| {
+        run_on(&r2, &one_thread(4), &d2, |client, _| {
             let block = 100u64.to_le_bytes();
             // Returns with the port held (the stream never sent).
             let _held = client.begin(RelRpc::PRINT, &block);
@@ -772,6 +812,25 @@ fn kernel_returning_mid_call_is_reported_as_abandoned() {
     assert_has(
         &err.message,
         &["call abandoned on port", &format!("opcode {:#x}", RelRpc::PRINT.opcode)],
+    );
+    // The next run on that region is refused up front (it would hang on
+    // the port the abandoned call holds), naming the port.
+    let busy = region.busy_ports();
+    assert_eq!(busy.len(), 1);
+    let err = watchdog("a run on a region with an abandoned call", 30, move || {
+        run_on(&region, &one_thread(4), &d, |client, _| {
+            RelClient::new(client).add(1, 2);
+        })
+        .unwrap_err()
+    });
+    assert_eq!(err.thread, usize::MAX);
+    assert_has(
+        &err.message,
+        &[
+            "the region is not at rest",
+            &format!("port {}", busy[0].index),
+            "an earlier run abandoned a call on it",
+        ],
     );
 }
 
@@ -856,4 +915,74 @@ fn metrics_count_each_method_separately() {
     assert!(json.contains("\"lanes_by_status\":{\"HandlerPanicked\":1}"), "{json}");
     assert_eq!(json.lines().count(), 1);
     assert!(add.to_string().starts_with("Rel::add"), "{add}");
+}
+
+/// A gate one call waits at until another call opens it.
+#[gpu_rpc]
+pub trait Gate {
+    /// Waits until the gate is open (at most 10 s); 1 if it opened.
+    fn pass(&self) -> u32;
+    /// Opens the gate; returns 7.
+    fn open(&self) -> u32;
+}
+
+#[derive(Default)]
+struct GateHost {
+    open: Mutex<bool>,
+    cv: std::sync::Condvar,
+}
+
+impl Gate for Arc<GateHost> {
+    fn pass(&self) -> u32 {
+        let g = self.open.lock().unwrap();
+        let (g, _) = self.cv.wait_timeout_while(g, Duration::from_secs(10), |o| !*o).unwrap();
+        *g as u32
+    }
+    fn open(&self) -> u32 {
+        *self.open.lock().unwrap() = true;
+        self.cv.notify_all();
+        7
+    }
+}
+
+/// With the default of two server threads (gpu-run's and the GPU backends'),
+/// a call whose handler blocks does not stop the other ports being served:
+/// here the blocked call can only end because another port's call ran.
+#[test]
+fn a_call_blocked_in_its_handler_does_not_stall_the_other_ports() {
+    let host = Arc::new(GateHost::default());
+    let mut d = Dispatcher::new(ServerConfig::default());
+    d.add(GateServer(host)).unwrap();
+    let d = Arc::new(d);
+    let launch = Launch {
+        threads: 2,
+        // The GPU backends' and gpu-run's default.
+        server_threads: 2,
+        port_count: 2,
+        lane_size: 1,
+    };
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = got.clone();
+    let t0 = Instant::now();
+    watchdog("a blocked call and an opener", 30, move || {
+        run(&launch, &d, |client, lane| {
+            let gate = GateClient::new(client);
+            let r = if lane.id == 0 {
+                ("pass", gate.pass())
+            } else {
+                // Let the first call reach its handler and block there.
+                std::thread::sleep(Duration::from_millis(50));
+                ("open", gate.open())
+            };
+            g.lock().unwrap().push(r);
+        })
+        .unwrap()
+    });
+    let mut got = got.lock().unwrap().clone();
+    got.sort();
+    assert_eq!(got, [("open", 7), ("pass", 1)]);
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "the gate opened only by its timeout"
+    );
 }

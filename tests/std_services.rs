@@ -335,6 +335,24 @@ fn panic_messages_are_bounded() {
     let p = &host.panics()[0];
     assert_eq!(p.message.len(), PANIC_MESSAGE_MAX);
     assert!(p.message.ends_with(TRUNCATION_MARKER));
+
+    // A device that skips its own clipping (the raw stub, 100 KiB message
+    // and file name): the host keeps at most `MAX_MESSAGE_BYTES` of each.
+    let host = StdHost::new(StdHostConfig {
+        print_panics: false,
+        ..StdHostConfig::default().exit_mode(ExitMode::Record)
+    });
+    let mut d = Dispatcher::new(ServerConfig::default());
+    d.add(StdServer(host.clone())).unwrap();
+    let huge = "x".repeat(100 << 10);
+    run(&Launch::default(), &d, |client, _| {
+        StdClient::new(client).report_panic(&huge, &huge, 1, 2, [0; 3], [0; 3]);
+    })
+    .unwrap();
+    let p = &host.panics()[0];
+    let max = gpu_rpc::server::MAX_MESSAGE_BYTES;
+    assert!(p.message.len() <= max && p.message.ends_with(TRUNCATION_MARKER));
+    assert!(p.file.len() <= max && p.file.ends_with(TRUNCATION_MARKER));
 }
 
 #[test]

@@ -57,9 +57,20 @@ struct Cli {
     /// RPC ports (default: one per warp, at most 4096).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65536))]
     ports: Option<u32>,
-    /// Host server threads.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    /// Host server threads. A thread serves one call at a time to its end,
+    /// so with two a slow call (a blocking read, say) does not stall the rest.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     server_threads: u32,
+    /// Largest streamed argument or out-buffer one lane may pass, in bytes
+    /// (larger ones are refused with `TooLarge`).
+    #[arg(long, default_value_t = ServerConfig::default().max_stream_bytes,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 40))]
+    max_stream_bytes: u64,
+    /// Memory one warp's call may take on the host, summed over its lanes'
+    /// argument blocks, streams and out-buffers, in bytes.
+    #[arg(long, default_value_t = ServerConfig::default().max_call_bytes,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 40))]
+    max_call_bytes: u64,
     /// Which file opens the kernel may make: `off`, `ro` (read) or `rw`
     /// (read and write); where is `--allow-read` / `--allow-write`.
     #[arg(long, value_enum, default_value_t = Files::Ro)]
@@ -262,7 +273,11 @@ fn std_services(cli: &Cli, devices: usize) -> Result<(Arc<StdHost>, Vec<Arc<Disp
     let host = Arc::new(StdHost::new(cli.std_config()?));
     let mut dispatchers = Vec::new();
     for _ in 0..devices.max(1) {
-        let mut d = Dispatcher::new(ServerConfig::default());
+        let mut d = Dispatcher::new(ServerConfig {
+            max_stream_bytes: cli.max_stream_bytes,
+            max_call_bytes: cli.max_call_bytes,
+            ..ServerConfig::default()
+        });
         d.add(StdServer(Arc::clone(&host))).map_err(|e| e.to_string())?;
         dispatchers.push(Arc::new(d));
     }

@@ -496,7 +496,7 @@ fn host_side(svc: &Service, service: &str, rpc: &Ident, server: &Ident) -> Token
                 ArgKind::Out(e) => {
                     let j = usize_lit(i_out);
                     i_out += 1;
-                    reads.push(quote_spanned!(e.span()=> let mut #v = #call.out_buffer::<#e>(#lane, #j);));
+                    reads.push(quote_spanned!(e.span()=> let mut #v = #call.out_buffer::<#e>(#lane, #j)?;));
                     pass.push(quote!(&mut #v));
                     stores.push(quote_spanned!(e.span()=> #call.set_out::<#e>(#lane, #j, &#v);));
                 }

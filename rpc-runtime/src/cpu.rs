@@ -98,6 +98,28 @@ impl Region {
         clients && self.server().all_idle()
     }
 
+    /// Every port that is not at rest (both sides' state; see
+    /// [`PortSnapshot`](protocol::PortSnapshot)): empty between runs unless
+    /// a run abandoned a call. Meaningful only while no run uses the region.
+    ///
+    /// ```
+    /// use rpc_runtime::cpu::Region;
+    /// use rpc_runtime::protocol::Layout;
+    /// assert!(Region::new(Layout::new(4, 1).unwrap()).busy_ports().is_empty());
+    /// ```
+    pub fn busy_ports(&self) -> Vec<protocol::PortSnapshot> {
+        // Relaxed: no run uses the region (the caller's contract).
+        let words: Vec<u32> = self.client_locks.iter().map(|w| w.load(Ordering::Relaxed)).collect();
+        let server = self.server();
+        (0..self.layout.port_count())
+            .map(|i| protocol::PortSnapshot {
+                client: protocol::client_port_state(&words, i),
+                ..server.snapshot(i)
+            })
+            .filter(|s| !s.is_idle())
+            .collect()
+    }
+
     /// Raw access to the shared region, for fault-injection tests that play a
     /// misbehaving device.
     ///
@@ -241,7 +263,24 @@ where
 {
     let start = Instant::now();
     let before: Vec<u64> = devices.iter().map(|d| d.dispatcher.error_count()).collect();
-    let done: Vec<AtomicBool> = devices.iter().map(|_| AtomicBool::new(false)).collect();
+    // A region an earlier run left a call abandoned on would hang this run's
+    // clients (that port never comes back): refuse it before anything runs.
+    let mut stale: Vec<Option<LanePanic>> = devices
+        .iter()
+        .map(|d| {
+            (!d.region.is_quiescent()).then(|| LanePanic {
+                thread: usize::MAX,
+                message: format!(
+                    "the region is not at rest ({}): an earlier run abandoned a call on it; use a fresh region",
+                    d.region
+                        .busy_ports()
+                        .first()
+                        .map_or("a port is held".to_string(), |p| p.to_string())
+                ),
+            })
+        })
+        .collect();
+    let done: Vec<AtomicBool> = stale.iter().map(|s| AtomicBool::new(s.is_some())).collect();
     let halted: Vec<AtomicUsize> = devices.iter().map(|_| AtomicUsize::new(0)).collect();
     let server_threads = server_threads.max(1) as u32;
     // Spin between polls only when every thread can have a core; on an
@@ -284,7 +323,8 @@ where
             .iter()
             .enumerate()
             .map(|(dev, d)| {
-                (0..d.threads)
+                let threads = if stale[dev].is_some() { 0 } else { d.threads };
+                (0..threads)
                     .map(|id| {
                         let kernel = &kernel;
                         let halted = &halted[dev];
@@ -338,6 +378,9 @@ where
         .iter()
         .enumerate()
         .map(|(dev, d)| {
+            if let Some(p) = stale[dev].take() {
+                return Err(p);
+            }
             if let Some(p) = panics[dev].take() {
                 return Err(p);
             }

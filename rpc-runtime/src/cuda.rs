@@ -1513,7 +1513,7 @@ impl Kernel<'_> {
 /// use rpc_runtime::cuda::Launch;
 /// let l = Launch { grid: (2, 1, 1), block: (96, 1, 1), ..Launch::default() };
 /// assert_eq!(l.warps(), 2 * 3);
-/// assert_eq!(l.server_threads, 1);
+/// assert_eq!(l.server_threads, 2);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Launch {
@@ -1529,7 +1529,9 @@ pub struct Launch {
     /// [`DEFAULT_PORT_COUNT`].
     pub port_count: u32,
     /// Host server threads; each scans its own slice of the ports first, then
-    /// the rest. Default 1.
+    /// the rest. Default 2: a server thread serves one port's call to its end
+    /// (a slow handler, or a client slow to send its next packet, holds it),
+    /// so with one thread nothing else is served meanwhile.
     pub server_threads: usize,
 }
 
@@ -1540,7 +1542,7 @@ impl Default for Launch {
             block: (32, 1, 1),
             shared_mem_bytes: 0,
             port_count: DEFAULT_PORT_COUNT,
-            server_threads: 1,
+            server_threads: 2,
         }
     }
 }
@@ -1907,7 +1909,20 @@ pub fn launch_many(jobs: &[Job<'_, '_>]) -> Vec<Result<Report, CudaError>> {
                     )));
                 }
                 device.bind()?;
-                device.ensure_stack_size(MIN_STACK_BYTES)
+                device.ensure_stack_size(MIN_STACK_BYTES)?;
+                // A call an earlier launch abandoned keeps its port: this
+                // launch's clients would wait for it forever.
+                if job.region.is_quiescent()? {
+                    return Ok(());
+                }
+                let port = job
+                    .region
+                    .busy_ports()?
+                    .first()
+                    .map_or("a port is held".to_string(), |p| p.to_string());
+                Err(CudaError::config(format!(
+                    "the region is not at rest ({port}): an earlier launch abandoned a call on it; use a fresh region"
+                )))
             });
         if let Err(e) = checked {
             *result = Some(Err(e));

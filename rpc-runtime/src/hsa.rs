@@ -2069,7 +2069,7 @@ pub fn dispatch_packet(
 /// use rpc_runtime::hsa::Launch;
 /// let l = Launch { grid: (2, 1, 1), block: (96, 1, 1), ..Launch::default() };
 /// assert_eq!(l.wavefronts(64), 2 * 2);
-/// assert_eq!(l.server_threads, 1);
+/// assert_eq!(l.server_threads, 2);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Launch {
@@ -2083,7 +2083,8 @@ pub struct Launch {
     /// Ports of the region [`launch`] creates (it uses
     /// `min(port_count, wavefronts)`); ignored by [`launch_with_region`].
     pub port_count: u32,
-    /// Host server threads. Default 1.
+    /// Host server threads. Default 2, as on CUDA (one slow call does not
+    /// stall the other ports).
     pub server_threads: usize,
 }
 
@@ -2094,7 +2095,7 @@ impl Default for Launch {
             block: (64, 1, 1),
             shared_mem_bytes: 0,
             port_count: DEFAULT_PORT_COUNT,
-            server_threads: 1,
+            server_threads: 2,
         }
     }
 }

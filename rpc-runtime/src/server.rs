@@ -947,13 +947,40 @@ fn lens_of(block: &[u8], i: usize) -> u64 {
         .unwrap_or(0)
 }
 
-/// The text of a panic payload.
+/// The text of a panic payload, clipped ([`clip_message`]).
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .map(|s| clip_message(s))
+        .or_else(|| payload.downcast_ref::<String>().map(|s| clip_message(s)))
         .unwrap_or_else(|| "non-string panic payload".to_string())
+}
+
+/// The most bytes of a message the host keeps from a panic (a handler's,
+/// or a device panic the standard services record).
+pub const MAX_MESSAGE_BYTES: usize = 4096;
+
+/// `s` as the host keeps it: whole if it has at most [`MAX_MESSAGE_BYTES`]
+/// bytes, else cut at a character boundary below that and ended with
+/// `"…[truncated]"`.
+///
+/// ```
+/// use rpc_runtime::server::{clip_message, MAX_MESSAGE_BYTES};
+/// assert_eq!(clip_message("short"), "short");
+/// let long = "é".repeat(MAX_MESSAGE_BYTES);
+/// let kept = clip_message(&long);
+/// assert!(kept.len() <= MAX_MESSAGE_BYTES && kept.ends_with("…[truncated]"));
+/// ```
+pub fn clip_message(s: &str) -> String {
+    const MARKER: &str = "…[truncated]";
+    if s.len() <= MAX_MESSAGE_BYTES {
+        return s.to_string();
+    }
+    let mut end = MAX_MESSAGE_BYTES - MARKER.len();
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{MARKER}", &s[..end])
 }
 
 /// The lanes of `mask`, lowest first.
@@ -1115,12 +1142,27 @@ impl ServerCall<'_> {
     }
 
     /// A zeroed host buffer for out-buffer `j`, as long as the device's
-    /// (its length was checked against the size limit before dispatch; a
-    /// lane or buffer the call does not have gives an empty buffer).
-    pub fn out_buffer<T: Wire>(&self, lane: u32, j: usize) -> Vec<T> {
+    /// (its length was checked against the size limits before dispatch; a
+    /// lane or buffer the call does not have gives an empty buffer). Fails
+    /// with [`Status::TooLarge`] instead of aborting the process when the
+    /// host cannot allocate it (limits configured beyond the host's memory).
+    pub fn out_buffer<T: Wire>(&self, lane: u32, j: usize) -> Result<Vec<T>, LaneError> {
         let block = self.blocks.get(lane as usize).map(Vec::as_slice).unwrap_or_default();
-        let count = lens_of(block, self.n_in + j) as usize;
-        (0..count).map(|_| T::zeroed()).collect()
+        let count = lens_of(block, self.n_in + j);
+        let mut v = Vec::new();
+        usize::try_from(count)
+            .ok()
+            .and_then(|n| v.try_reserve_exact(n).ok())
+            .ok_or_else(|| LaneError {
+                status: Status::TooLarge,
+                detail: (self.n_in + j) as u32,
+                message: format!(
+                    "out-buffer {j} of {count} elements of {} bytes: the host could not allocate it",
+                    T::SIZE
+                ),
+            })?;
+        v.extend((0..count).map(|_| T::zeroed()));
+        Ok(v)
     }
 
     /// Store lane `lane`'s return value.

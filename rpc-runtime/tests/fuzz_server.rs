@@ -185,7 +185,7 @@ impl Service for FuzzService {
             2 => call.run(|c, lane| {
                 let seed = c.arg_at::<u8>(lane, 0, 1)?;
                 let sum: u64 = c.bytes(lane, 0, 0)?.iter().map(|&b| b as u64).sum();
-                let mut out = c.out_buffer::<u8>(lane, 0);
+                let mut out = c.out_buffer::<u8>(lane, 0)?;
                 for (i, o) in out.iter_mut().enumerate() {
                     *o = seed.wrapping_add(i as u8);
                 }
@@ -213,7 +213,7 @@ impl Service for FuzzService {
             6 => call.run(|c, lane| {
                 let a = c.bytes(lane, 0, 0)?.len() as u32;
                 let b = c.bytes(lane, 1, 1)?.len() as u32;
-                let mut out = c.out_buffer::<[u32; 3]>(lane, 0);
+                let mut out = c.out_buffer::<[u32; 3]>(lane, 0)?;
                 for (i, o) in out.iter_mut().enumerate() {
                     *o = [i as u32, a, b];
                 }

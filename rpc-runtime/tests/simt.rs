@@ -404,7 +404,7 @@ impl Service for SimtService<'static> {
             0 => call.run(|call, lane| {
                 let x = call.arg_at::<u64>(lane, 0, 0)?;
                 let s = call.slice::<u32>(lane, 0, 1)?;
-                let mut out = call.out_buffer::<u16>(lane, 0);
+                let mut out = call.out_buffer::<u16>(lane, 0)?;
                 for (i, o) in out.iter_mut().enumerate() {
                     *o = mix_out(x, s.len(), i);
                 }

@@ -547,9 +547,11 @@ impl Std for StdHost {
     }
 
     fn report_panic(&self, msg: &str, file: &str, line: u32, column: u32, block: [u32; 3], thread: [u32; 3]) {
+        // Clipped: the device chooses these lengths (up to the stream limit
+        // each), and up to `MAX_RECORDED_PANICS` records are kept.
         let p = DevicePanic {
-            message: msg.to_owned(),
-            file: file.to_owned(),
+            message: crate::server::clip_message(msg),
+            file: crate::server::clip_message(file),
             line,
             column,
             block,
