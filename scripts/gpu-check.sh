@@ -34,8 +34,9 @@ if [ -x "$dir/gpu-run" ]; then
   step "gpu-run on gpu_main (prints, exits with 3)"
   expect 3 "$dir/gpu-run" --threads 32 --blocks 2 "$dir/kernels.ptx" first "second arg"
   step "gpu-run with 1024-thread blocks, 132 of them (every SM of an H100/H200; expects 3)"
-  expect 3 "$dir/gpu-run" --threads 1024 --blocks 132 "$dir/kernels.ptx" > /tmp/gpu-run-1024.txt
-  echo "$(wc -l < /tmp/gpu-run-1024.txt) lines printed"
+  quiet() { "$@" > /tmp/gpu-run-1024.txt; }
+  expect 3 quiet "$dir/gpu-run" --threads 1024 --blocks 132 "$dir/kernels.ptx"
+  echo "$(wc -l < /tmp/gpu-run-1024.txt) lines printed:"; head -3 /tmp/gpu-run-1024.txt; tail -1 /tmp/gpu-run-1024.txt
   step "gpu-run --all-devices (every visible GPU at once, one server pool; expects 3)"
   expect 3 "$dir/gpu-run" --all-devices --threads 32 "$dir/kernels.ptx"
   step "gpu-run error paths"

@@ -244,7 +244,8 @@ fn launches_are_checked_against_the_kernel_signature() {
     )
     .unwrap_err();
     assert!(matches!(e, CudaError::InvalidConfig { .. }), "{e}");
-    // Too many threads per block: the driver refuses, the context survives.
+    // Too many threads per block: refused before the launch, naming the
+    // kernel's limit and its registers; the context survives.
     let out = PinnedBuffer::new(&dev, 7 * 8).unwrap();
     let e = launch(
         &echo,
@@ -256,7 +257,19 @@ fn launches_are_checked_against_the_kernel_signature() {
         &[KernelArg::U32(0), KernelArg::Ptr(out.device_ptr())],
     )
     .unwrap_err();
-    assert!(matches!(e, CudaError::Launch { .. }), "{e}");
+    let limits = echo.resources().unwrap();
+    match &e {
+        CudaError::BlockTooLarge {
+            kernel,
+            threads,
+            max_threads,
+            registers,
+        } => {
+            assert_eq!((kernel.as_str(), *threads), ("desc_echo", 4096));
+            assert_eq!((*max_threads, *registers), (limits.max_threads_per_block, limits.registers));
+        }
+        other => panic!("expected BlockTooLarge, got {other}"),
+    }
     assert!(!e.is_context_lost());
     assert!(
         CudaRegion::new(&dev, 1).unwrap().is_quiescent().unwrap(),
