@@ -266,7 +266,10 @@ fn launches_are_checked_against_the_kernel_signature() {
             registers,
         } => {
             assert_eq!((kernel.as_str(), *threads), ("desc_echo", 4096));
-            assert_eq!((*max_threads, *registers), (limits.max_threads_per_block, limits.registers));
+            assert_eq!(
+                (*max_threads, *registers),
+                (limits.max_threads_per_block, limits.registers)
+            );
         }
         other => panic!("expected BlockTooLarge, got {other}"),
     }

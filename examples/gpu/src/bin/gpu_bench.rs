@@ -8,16 +8,18 @@
 //!    and server threads, against one warp alone;
 //! 3. `bandwidth`: `Bench::sink(&[u8])` of 64 B .. 1 MiB per lane-call from
 //!    one warp, against `cuMemcpyDtoH` of the same bytes;
-//! 4. `tax`: what linking gpu_rpc costs kernels that only *may* print — a
+//! 4. `print`: 100k threads printing one line each through `print_stderr`
+//!    into a file, against CUDA's device `printf` (run with `printf PTX` as
+//!    separate invocations so each can redirect its own output);
+//! 6. `tax`: what linking gpu_rpc costs kernels that only *may* print — a
 //!    SAXPY over 1 GiB and an FMA chain, each with and without one
 //!    conditional `gpu_println!` and an `assert!`: registers and run time
-//!    against the kernel without gpu_rpc, alternated in one run;
-//! 5. `print`: 100k threads printing one line each through `print_stderr`
-//!    into a file, against CUDA's device `printf` (run with `printf PTX` as
-//!    separate invocations so each can redirect its own output).
+//!    against the kernel without gpu_rpc, alternated in one run.
+//!
+//! (Workload 5 is the CPU backend's, `rpc-runtime/benches/cpu.rs`.)
 //!
 //! ```text
-//! gpu_bench all                        # 1-4 (`print` runs on its own)
+//! gpu_bench all                        # 1-3 and 6 (`print` runs on its own)
 //! gpu_bench print-rpc OUT_FILE         # 4, gpu_rpc half
 //! gpu_bench print-cuda printf.ptx      # 4, CUDA printf half (stdout -> file)
 //! ```
@@ -324,7 +326,7 @@ fn spread(v: &mut [f64]) -> (f64, f64, f64) {
     (v[v.len() / 2], v[0], v[v.len() - 1])
 }
 
-/// The tax (workload 4): each pair — the kernel without gpu_rpc, the same
+/// The tax (workload 6): each pair — the kernel without gpu_rpc, the same
 /// with a conditional print and an assert — alternated `REPS` times in one
 /// run.
 fn tax(dev: &CudaDevice, module: &Module) {
@@ -348,7 +350,7 @@ fn tax(dev: &CudaDevice, module: &Module) {
         KernelArg::U32(iters),
         KernelArg::Ptr(x.device_ptr()),
     ];
-    println!("\n### 4. The tax of a possible print ({REPS} alternated runs each, kernel time by CUDA events)\n");
+    println!("\n### 6. The tax of a possible print ({REPS} alternated runs each, kernel time by CUDA events)\n");
     println!("| kernel | registers | ms, median [min, max] | × without gpu_rpc (median) |");
     println!("|---|---:|---:|---:|");
     for (plain, print, n, args) in [
