@@ -472,40 +472,51 @@ fn serve_once(d: &Dispatcher, region: &Region) -> Result<usize, gpu_rpc::protoco
     d.poll(&server, 0..region.layout().port_count())
 }
 
+/// One warp-call of `Rel::fill` made as a device would make it, lane `l`
+/// asking for an out-buffer of `counts[l]` bytes, served once under the
+/// given limits: each lane's status and the `TooLarge` errors logged. (The
+/// server answers, then waits for the device to take the out-buffer
+/// packets; this device never does, so the raised abort flag ends that
+/// wait, with one more error of its own.)
+fn fill_call(max_stream_bytes: u64, max_call_bytes: u64, counts: &[u64]) -> (Vec<Status>, Vec<ServerError>) {
+    let mut d = Dispatcher::new(ServerConfig {
+        max_stream_bytes,
+        max_call_bytes,
+        log_errors: false,
+        ..ServerConfig::default()
+    });
+    d.add(RelServer(Arc::new(Host::default()))).unwrap();
+    let lanes = counts.len() as u32;
+    let region = Region::new(Layout::new(2, lanes).unwrap());
+    let dev = Device::new(&region);
+    let word = RelRpc::FILL.frame_word().pack();
+    let packets: Vec<_> = (0..lanes)
+        .zip(counts)
+        .map(|(l, count)| {
+            let mut block = vec![0u8; RelRpc::FILL.block_len()];
+            block[..8].copy_from_slice(&count.to_le_bytes());
+            (l, frame(word, &block))
+        })
+        .collect();
+    dev.inject(0, RelRpc::FILL.opcode, (1u64 << lanes) - 1, &packets);
+    let _ = serve_once(&d, &region);
+    let statuses = (0..lanes).map(|l| dev.status(0, l)).collect();
+    let errors = d
+        .errors()
+        .into_iter()
+        .filter(|e| e.status == Status::TooLarge)
+        .collect();
+    (statuses, errors)
+}
+
 /// One warp-call of 4 lanes asking for out-buffers of 600, 600, 600 and 100
 /// bytes under a call budget of 1024: the lanes that fit, in lane order,
 /// are served, the others answered `TooLarge` (each logged, naming the
 /// budget), before anything is allocated for them.
 #[test]
 fn a_calls_buffers_are_held_to_its_memory_budget() {
-    let host = Arc::new(Host::default());
-    let mut d = Dispatcher::new(ServerConfig {
-        max_stream_bytes: LIMIT,
-        max_call_bytes: 1024,
-        log_errors: false,
-        ..ServerConfig::default()
-    });
-    d.add(RelServer(host.clone())).unwrap();
-    let region = Region::new(Layout::new(2, 4).unwrap());
-    let dev = Device::new(&region);
-    let word = RelRpc::FILL.frame_word().pack();
-    let lane = |count: u64| {
-        let mut block = vec![0u8; RelRpc::FILL.block_len()];
-        block[..8].copy_from_slice(&count.to_le_bytes());
-        frame(word, &block)
-    };
-    let packets = vec![(0, lane(600)), (1, lane(600)), (2, lane(600)), (3, lane(100))];
-    dev.inject(0, RelRpc::FILL.opcode, 0b1111, &packets);
-    // The server answers, then waits for the device to take the out-buffer
-    // packets; this device never does, so the raised abort flag ends it.
-    let _ = serve_once(&d, &region);
-    let statuses: Vec<Status> = (0..4).map(|l| dev.status(0, l)).collect();
+    let (statuses, errors) = fill_call(LIMIT, 1024, &[600, 600, 600, 100]);
     assert_eq!(statuses, [Status::Ok, Status::TooLarge, Status::TooLarge, Status::Ok]);
-    let errors: Vec<_> = d
-        .errors()
-        .into_iter()
-        .filter(|e| e.status == Status::TooLarge)
-        .collect();
     assert_eq!(errors.iter().map(|e| e.lane).collect::<Vec<_>>(), [Some(1), Some(2)]);
     assert_has(
         &errors[0].to_string(),
@@ -523,33 +534,8 @@ fn a_calls_buffers_are_held_to_its_memory_budget() {
 /// other lane is served.
 #[test]
 fn an_out_buffer_the_host_cannot_allocate_is_too_large_not_an_abort() {
-    let host = Arc::new(Host::default());
-    let mut d = Dispatcher::new(ServerConfig {
-        max_stream_bytes: u64::MAX,
-        max_call_bytes: u64::MAX,
-        log_errors: false,
-        ..ServerConfig::default()
-    });
-    d.add(RelServer(host.clone())).unwrap();
-    let region = Region::new(Layout::new(2, 2).unwrap());
-    let dev = Device::new(&region);
-    let word = RelRpc::FILL.frame_word().pack();
-    let lane = |count: u64| {
-        let mut block = vec![0u8; RelRpc::FILL.block_len()];
-        block[..8].copy_from_slice(&count.to_le_bytes());
-        frame(word, &block)
-    };
-    dev.inject(0, RelRpc::FILL.opcode, 0b11, &[(0, lane(1 << 50)), (1, lane(10))]);
-    // The server answers, then waits for the device to take lane 1's
-    // out-buffer packets; this device never does, so the raised abort flag
-    // ends it (one more, expected, error).
-    let _ = serve_once(&d, &region);
-    assert_eq!([dev.status(0, 0), dev.status(0, 1)], [Status::TooLarge, Status::Ok]);
-    let errors: Vec<_> = d
-        .errors()
-        .into_iter()
-        .filter(|e| e.status == Status::TooLarge)
-        .collect();
+    let (statuses, errors) = fill_call(u64::MAX, u64::MAX, &[1 << 50, 10]);
+    assert_eq!(statuses, [Status::TooLarge, Status::Ok]);
     assert_eq!(errors.len(), 1);
     assert_eq!(errors[0].lane, Some(0));
     assert_has(&errors[0].to_string(), &["the host could not allocate it", "Rel::fill"]);

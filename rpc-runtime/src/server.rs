@@ -555,6 +555,19 @@ impl Dispatcher {
         // limit, then the call's lanes, in order, against its budget.
         let limit = self.config.max_stream_bytes;
         let budget = self.config.max_call_bytes;
+        // Answer `lane` TooLarge (about argument `what`) and log why.
+        let too_large = |lane: u32, what: u32, message: String, status: &mut [Status], detail: &mut [u32]| {
+            status[lane as usize] = Status::TooLarge;
+            detail[lane as usize] = what;
+            self.record(ServerError {
+                opcode,
+                method: method_name,
+                port: index,
+                lane: Some(lane),
+                status: Status::TooLarge,
+                message,
+            });
+        };
         let mut committed = 0u64;
         for lane in iter_lanes(lanes) {
             let l = lane as usize;
@@ -563,16 +576,8 @@ impl Dispatcher {
                 let len = lens(lane, i);
                 wants = wants.saturating_add(len);
                 if len > limit && status[l] == Status::Ok {
-                    status[l] = Status::TooLarge;
-                    detail[l] = i as u32;
-                    self.record(ServerError {
-                        opcode,
-                        method: method_name,
-                        port: index,
-                        lane: Some(lane),
-                        status: Status::TooLarge,
-                        message: format!("streamed argument {i} is {len} bytes, over the limit of {limit}"),
-                    });
+                    let message = format!("streamed argument {i} is {len} bytes, over the limit of {limit}");
+                    too_large(lane, i as u32, message, &mut status, &mut detail);
                 }
             }
             if let (true, Some(d)) = (accepted, desc) {
@@ -581,36 +586,19 @@ impl Dispatcher {
                     let bytes = count.saturating_mul(es as u64);
                     wants = wants.saturating_add(bytes);
                     if bytes > limit && status[l] == Status::Ok {
-                        status[l] = Status::TooLarge;
-                        detail[l] = (n_in + j) as u32;
-                        self.record(ServerError {
-                            opcode,
-                            method: method_name,
-                            port: index,
-                            lane: Some(lane),
-                            status: Status::TooLarge,
-                            message: format!(
-                                "out-buffer {j} of {count} elements is {bytes} bytes, over the limit of {limit}"
-                            ),
-                        });
+                        let message =
+                            format!("out-buffer {j} of {count} elements is {bytes} bytes, over the limit of {limit}");
+                        too_large(lane, (n_in + j) as u32, message, &mut status, &mut detail);
                     }
                 }
             }
             if status[l] == Status::Ok {
                 if committed.saturating_add(wants) > budget {
-                    status[l] = Status::TooLarge;
-                    detail[l] = u32::MAX;
-                    self.record(ServerError {
-                        opcode,
-                        method: method_name,
-                        port: index,
-                        lane: Some(lane),
-                        status: Status::TooLarge,
-                        message: format!(
-                            "the lane's streams and out-buffers ({wants} bytes) would take the call past \
-                             its budget of {budget} bytes (max_call_bytes; {committed} taken by earlier lanes)"
-                        ),
-                    });
+                    let message = format!(
+                        "the lane's streams and out-buffers ({wants} bytes) would take the call past \
+                         its budget of {budget} bytes (max_call_bytes; {committed} taken by earlier lanes)"
+                    );
+                    too_large(lane, u32::MAX, message, &mut status, &mut detail);
                 } else {
                     committed += wants;
                 }
