@@ -180,12 +180,74 @@ pub struct Report {
 
 /// A client thread panicked.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("gpu_rpc cpu backend: client thread {thread} panicked: {message}")]
+#[error("{}", self.describe())]
 pub struct LanePanic {
-    /// The thread's index.
+    /// The thread's index; `usize::MAX` when the run failed as a whole (an
+    /// abandoned call, a region not at rest, a thread that could not start).
     pub thread: usize,
-    /// The panic message.
+    /// The panic message, or what failed.
     pub message: String,
+}
+
+impl LanePanic {
+    fn describe(&self) -> String {
+        match self.thread {
+            usize::MAX => format!("gpu_rpc cpu backend: {}", self.message),
+            t => format!("gpu_rpc cpu backend: client thread {t} panicked: {}", self.message),
+        }
+    }
+
+    fn whole_run(message: String) -> LanePanic {
+        LanePanic {
+            thread: usize::MAX,
+            message,
+        }
+    }
+}
+
+/// Start a scoped thread; the OS may refuse (thread limits, memory), and the
+/// run then reports it instead of panicking or hanging.
+fn spawn<'s, 'e, T: Send + 's>(
+    scope: &'s std::thread::Scope<'s, 'e>,
+    name: String,
+    f: impl FnOnce() -> T + Send + 's,
+) -> std::io::Result<std::thread::ScopedJoinHandle<'s, T>> {
+    #[cfg(test)]
+    if spawn_failures::take() {
+        return Err(std::io::Error::other("refused by the test"));
+    }
+    std::thread::Builder::new().name(name).spawn_scoped(scope, f)
+}
+
+/// Test support: make the next spawns on this thread fail.
+#[cfg(test)]
+mod spawn_failures {
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Spawns to allow before failing, then how many to fail.
+        static PLAN: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+    }
+
+    /// Let `ok` spawns through, then fail `fail` of them.
+    pub fn plan(ok: usize, fail: usize) {
+        PLAN.with(|p| p.set((ok, fail)));
+    }
+
+    /// Whether this spawn fails.
+    pub fn take() -> bool {
+        PLAN.with(|p| match p.get() {
+            (0, 0) => false,
+            (0, f) => {
+                p.set((0, f - 1));
+                true
+            }
+            (ok, f) => {
+                p.set((ok - 1, f));
+                false
+            }
+        })
+    }
 }
 
 /// The kernel's view of its thread.
@@ -296,10 +358,11 @@ where
     let mut abandoned: Vec<Option<protocol::Abandoned>> = devices.iter().map(|_| None).collect();
     let mut served: Vec<u64> = devices.iter().map(|_| 0).collect();
     std::thread::scope(|s| {
+        let mut spawn_error = None;
         let servers: Vec<_> = (0..server_threads)
-            .map(|t| {
+            .filter_map(|t| {
                 let done = &done;
-                s.spawn(move || {
+                let started = spawn(s, format!("gpu_rpc server {t}"), move || {
                     let servers: Vec<Server<'_>> = devices
                         .iter()
                         .zip(done)
@@ -316,9 +379,18 @@ where
                         })
                         .collect();
                     serve_pool(&pool, t, server_threads, idle_spins)
-                })
+                });
+                // A missing server thread's ports are served by the others
+                // (each scans every port); with none, nothing can run.
+                started.map_err(|e| spawn_error = Some(e)).ok()
             })
             .collect();
+        if servers.is_empty() {
+            let e = spawn_error.map_or("none asked for".to_string(), |e| e.to_string());
+            for slot in stale.iter_mut() {
+                slot.get_or_insert_with(|| LanePanic::whole_run(format!("no server thread could be started: {e}")));
+            }
+        }
         let clients: Vec<Vec<_>> = devices
             .iter()
             .enumerate()
@@ -330,7 +402,7 @@ where
                         let halted = &halted[dev];
                         let count = d.threads;
                         let region = d.region;
-                        s.spawn(move || {
+                        spawn(s, format!("gpu_rpc client {dev}.{id}"), move || {
                             let client = region.client();
                             match catch_unwind(AssertUnwindSafe(|| kernel(dev, &client, ThreadIdx { id, count }))) {
                                 Ok(()) => Ok(()),
@@ -354,8 +426,15 @@ where
             })
             .collect();
         for (dev, handles) in clients.into_iter().enumerate() {
-            for c in handles {
-                if let Err(p) = c.join().expect("client thread") {
+            for (id, c) in handles.into_iter().enumerate() {
+                let outcome = match c {
+                    Ok(handle) => handle.join().expect("client thread"),
+                    // The other threads still run; the device's run fails.
+                    Err(e) => Err(LanePanic::whole_run(format!(
+                        "client thread {id} could not be started: {e}"
+                    ))),
+                };
+                if let Err(p) = outcome {
                     panics[dev].get_or_insert(p);
                 }
             }
@@ -399,4 +478,68 @@ where
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::ServerConfig;
+
+    fn launch(threads: usize, server_threads: usize) -> Launch {
+        Launch {
+            threads,
+            server_threads,
+            port_count: 4,
+            lane_size: 1,
+        }
+    }
+
+    #[test]
+    fn server_threads_that_cannot_start_are_an_error_not_a_hang() {
+        let d = Dispatcher::new(ServerConfig::default());
+        // Neither server thread starts: the run fails before any client.
+        spawn_failures::plan(0, 2);
+        let ran = AtomicUsize::new(0);
+        let e = run(&launch(2, 2), &d, |_, _| {
+            // Relaxed: a count read after the run.
+            ran.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap_err();
+        assert_eq!(e.thread, usize::MAX);
+        assert_eq!(
+            e.to_string(),
+            "gpu_rpc cpu backend: no server thread could be started: refused by the test"
+        );
+        // Relaxed: the run is over.
+        assert_eq!(ran.load(Ordering::Relaxed), 0);
+        // One of two missing: the other serves every port.
+        spawn_failures::plan(0, 1);
+        let r = run(&launch(4, 2), &d, |c, _| {
+            for i in 0..10 {
+                assert_eq!(c.noop(i).unwrap(), i + 1);
+            }
+        })
+        .unwrap();
+        assert_eq!(r.calls, 40);
+    }
+
+    #[test]
+    fn a_client_thread_that_cannot_start_fails_the_run_and_the_others_finish() {
+        let d = Dispatcher::new(ServerConfig::default());
+        // Both server threads and client 0 start; client 1 does not.
+        spawn_failures::plan(3, 1);
+        let finished = AtomicUsize::new(0);
+        let e = run(&launch(3, 2), &d, |c, _| {
+            c.noop(1).unwrap();
+            // Relaxed: a count read after the run.
+            finished.fetch_add(1, Ordering::Relaxed);
+        })
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "gpu_rpc cpu backend: client thread 1 could not be started: refused by the test"
+        );
+        // Relaxed: the run is over.
+        assert_eq!(finished.load(Ordering::Relaxed), 2);
+    }
 }
