@@ -207,3 +207,114 @@ fn long_mixed_run_counts_every_kind() {
         });
     }
 }
+
+/// `VmRSS` and `VmHWM` of this process, in bytes (Linux).
+fn rss() -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib = |key: &str| -> Option<u64> {
+        let line = status.lines().find(|l| l.starts_with(key))?;
+        Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+    };
+    Some((kib("VmRSS:")?, kib("VmHWM:")?))
+}
+
+const MIB: u64 = 1 << 20;
+/// The stream limit of the memory test: the largest call it makes.
+const BIG: u64 = 4 * MIB;
+
+/// What the memory test does in its own process (a clean peak): the
+/// largest calls the limits allow — a `BIG` string in and a `BIG`
+/// out-buffer back, from two client threads at once, twice — then prints
+/// the resident set before, at its peak and after.
+fn largest_calls_in_this_process() {
+    let host = Arc::new(Host::default());
+    let mut d = Dispatcher::new(ServerConfig {
+        max_stream_bytes: BIG,
+        max_call_bytes: BIG,
+        ..ServerConfig::default()
+    });
+    d.add(StressServer(host.clone())).unwrap();
+    let region = Region::new(Layout::new(4, 1).unwrap());
+    let launch = Launch {
+        threads: 2,
+        server_threads: 2,
+        port_count: 4,
+        lane_size: 1,
+    };
+    // Warm up threads and the allocator, then reset the peak.
+    run_on(&region, &launch, &d, |c, _| {
+        StressClient::new(c).add(1, 2);
+    })
+    .unwrap();
+    std::fs::write("/proc/self/clear_refs", "5").expect("resetting VmHWM");
+    let (before, _) = rss().unwrap();
+    run_on(&region, &launch, &d, |c, _| {
+        let s = StressClient::new(c);
+        for round in 0..2u32 {
+            let text = "x".repeat(BIG as usize);
+            assert_eq!(s.print(&text), BIG);
+            drop(text);
+            let mut out = vec![0u32; (BIG / 4) as usize];
+            assert_eq!(s.fill(round, &mut out), (BIG / 4) as u32);
+            assert_eq!(out[12345], round + 12345);
+        }
+    })
+    .unwrap();
+    let (after, peak) = rss().unwrap();
+    println!("RSS before {before} peak {peak} after {after}");
+}
+
+/// Host memory under the largest calls stays within what the limits allow.
+/// Measured in a child process (this test binary, run again on this test
+/// alone) so other tests' memory does not count: two client threads each
+/// hold their own `BIG` buffer while the server holds at most, per call, the
+/// stream or the out-buffer and its packed copy (`2 × BIG`). What stays
+/// resident afterwards is printed, not checked: the allocator keeps freed
+/// memory (the server's own keep is capped by `KEEP_TOTAL_BYTES`, checked by
+/// a unit test in `server.rs`).
+#[test]
+fn host_memory_is_bounded_under_the_largest_calls() {
+    if std::env::var_os("GPU_RPC_MEMORY_CHILD").is_some() {
+        return largest_calls_in_this_process();
+    }
+    if rss().is_none() || std::fs::metadata("/proc/self/clear_refs").is_err() {
+        eprintln!("skipped: host_memory_is_bounded_under_the_largest_calls needs Linux /proc");
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "host_memory_is_bounded_under_the_largest_calls",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("GPU_RPC_MEMORY_CHILD", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "child failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = text
+        .lines()
+        .find_map(|l| l.split_once("RSS before").map(|(_, rest)| rest))
+        .unwrap_or_else(|| panic!("no RSS line from the child:\n{text}"));
+    let n: Vec<u64> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    let (before, peak, after) = (n[0], n[1], n[2]);
+    eprintln!(
+        "host memory under the largest calls: peak +{} MiB, after +{} MiB",
+        peak.saturating_sub(before) / MIB,
+        after.saturating_sub(before) / MIB
+    );
+    // Clients: 2 × BIG; server: 2 calls at once × 2 × BIG; slack for the
+    // allocator and thread stacks.
+    let allowed = 2 * BIG + 2 * 2 * BIG + 16 * MIB;
+    assert!(
+        peak.saturating_sub(before) <= allowed,
+        "peak grew by {} MiB, allowed {} MiB",
+        (peak - before) / MIB,
+        allowed / MIB
+    );
+}
