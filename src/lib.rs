@@ -19,6 +19,10 @@
 //!   only the client side, which is `no_std` and allocation-free.
 //! * `cpu` (default, implies `std`): the CPU backend, [`cpu`], where client
 //!   lanes are host threads, so everything runs without a GPU.
+//! * `cuda`, `hsa`: the NVIDIA and AMD backends (their drivers are loaded at
+//!   run time, so both build anywhere).
+//! * `tracing`: a `tracing` span per served call and an event per server
+//!   error.
 //!
 //! ## Example (CPU backend)
 //!

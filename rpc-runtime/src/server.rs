@@ -303,6 +303,8 @@ impl Dispatcher {
             // server thread, and the call it serves, down with it.
             let _ = writeln!(std::io::stderr(), "{e}");
         }
+        #[cfg(feature = "tracing")]
+        tracing::warn!(opcode = e.opcode, port = e.port, status = ?e.status, "{e}");
         // Relaxed: a statistic.
         self.error_count.fetch_add(1, Ordering::Relaxed);
         if self.config.keep_errors == 0 {
@@ -370,6 +372,15 @@ impl Dispatcher {
             .get(&opcode)
             .map(|&(s, m)| (s, m, &self.services[s].methods()[m]));
         let started = self.config.metrics.then(Instant::now);
+        #[cfg(feature = "tracing")]
+        let _span = tracing::debug_span!(
+            "gpu_rpc_call",
+            method = self.counters.get(&opcode).map_or("(unknown)", |(path, _)| *path),
+            opcode,
+            port = index,
+            lanes
+        )
+        .entered();
         let mut record = CallRecord::default();
         let r = self.serve_decoded(port, method, &mut record);
         if let (Ok(()), Some(started)) = (&r, started) {
@@ -1251,5 +1262,100 @@ mod tests {
         assert!(kept <= KEEP_TOTAL_BYTES, "kept {kept} bytes");
         // The small buffers survive: they are freed last.
         assert!(s.blocks.iter().all(|b| b.capacity() >= 64));
+    }
+}
+
+/// With the `tracing` feature: a span per served call, named by method,
+/// opcode, port and lanes, and a warning event per server error.
+#[cfg(all(test, feature = "tracing", feature = "cpu"))]
+mod tracing_tests {
+    use std::fmt::Write as _;
+    use std::sync::{Arc, Mutex};
+
+    use tracing::field::{Field, Visit};
+    use tracing::{span, Event, Metadata, Subscriber};
+
+    use super::{Dispatcher, ServerConfig};
+    use crate::call::{Block, CallDesc, NOOP_DESC};
+    use crate::cpu::{run, Launch};
+
+    /// A method nobody serves.
+    static UNKNOWN: CallDesc = CallDesc {
+        opcode: 0xdead_beef,
+        method: "unknown",
+        ..NOOP_DESC
+    };
+
+    /// Every span and event, as `name field=value ...` lines.
+    #[derive(Clone, Default)]
+    struct Recorder(Arc<Mutex<Vec<String>>>);
+
+    struct Line<'a>(&'a mut String);
+
+    impl Visit for Line<'_> {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            let _ = write!(self.0, " {}={value:?}", field.name());
+        }
+    }
+
+    impl Subscriber for Recorder {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, attrs: &span::Attributes<'_>) -> span::Id {
+            let mut line = format!("span {}", attrs.metadata().name());
+            attrs.record(&mut Line(&mut line));
+            let mut lines = self.0.lock().unwrap();
+            lines.push(line);
+            span::Id::from_u64(lines.len() as u64)
+        }
+        fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
+        fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut line = format!("event {}", event.metadata().level());
+            event.record(&mut Line(&mut line));
+            self.0.lock().unwrap().push(line);
+        }
+        fn enter(&self, _: &span::Id) {}
+        fn exit(&self, _: &span::Id) {}
+    }
+
+    #[test]
+    fn calls_are_spans_and_errors_are_events() {
+        let rec = Recorder::default();
+        // Global: the calls are served on the run's server threads.
+        tracing::subscriber::set_global_default(rec.clone()).unwrap();
+        let d = Dispatcher::new(ServerConfig {
+            log_errors: false,
+            ..ServerConfig::default()
+        });
+        let launch = Launch {
+            threads: 1,
+            port_count: 1,
+            ..Launch::default()
+        };
+        run(&launch, &d, |client, _| {
+            assert_eq!(client.noop(1).unwrap(), 2);
+            // Nobody serves this opcode: an error, logged as an event.
+            let call = client.begin(&UNKNOWN, &Block(1u64.to_le_bytes()));
+            let mut ret = Block([0u8; 8]);
+            let reply = call.reply(&mut ret);
+            assert!(reply.result().is_err());
+            reply.close();
+        })
+        .unwrap();
+        let lines = rec.0.lock().unwrap().clone();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("span gpu_rpc_call method=\"gpu_rpc::noop\"") && l.contains("port=0")),
+            "{lines:#?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("event WARN") && l.contains("opcode=3735928559")),
+            "{lines:#?}"
+        );
     }
 }
