@@ -205,51 +205,6 @@ impl LanePanic {
     }
 }
 
-/// Start a scoped thread; the OS may refuse (thread limits, memory), and the
-/// run then reports it instead of panicking or hanging.
-fn spawn<'s, 'e, T: Send + 's>(
-    scope: &'s std::thread::Scope<'s, 'e>,
-    name: String,
-    f: impl FnOnce() -> T + Send + 's,
-) -> std::io::Result<std::thread::ScopedJoinHandle<'s, T>> {
-    #[cfg(test)]
-    if spawn_failures::take() {
-        return Err(std::io::Error::other("refused by the test"));
-    }
-    std::thread::Builder::new().name(name).spawn_scoped(scope, f)
-}
-
-/// Test support: make the next spawns on this thread fail.
-#[cfg(test)]
-mod spawn_failures {
-    use std::cell::Cell;
-
-    thread_local! {
-        /// Spawns to allow before failing, then how many to fail.
-        static PLAN: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
-    }
-
-    /// Let `ok` spawns through, then fail `fail` of them.
-    pub fn plan(ok: usize, fail: usize) {
-        PLAN.with(|p| p.set((ok, fail)));
-    }
-
-    /// Whether this spawn fails.
-    pub fn take() -> bool {
-        PLAN.with(|p| match p.get() {
-            (0, 0) => false,
-            (0, f) => {
-                p.set((0, f - 1));
-                true
-            }
-            (ok, f) => {
-                p.set((ok - 1, f));
-                false
-            }
-        })
-    }
-}
-
 /// The kernel's view of its thread.
 #[derive(Clone, Copy, Debug)]
 pub struct ThreadIdx {
@@ -362,7 +317,7 @@ where
         let servers: Vec<_> = (0..server_threads)
             .filter_map(|t| {
                 let done = &done;
-                let started = spawn(s, format!("gpu_rpc server {t}"), move || {
+                let started = crate::spawn::scoped(s, format!("gpu_rpc server {t}"), move || {
                     let servers: Vec<Server<'_>> = devices
                         .iter()
                         .zip(done)
@@ -402,7 +357,7 @@ where
                         let halted = &halted[dev];
                         let count = d.threads;
                         let region = d.region;
-                        spawn(s, format!("gpu_rpc client {dev}.{id}"), move || {
+                        crate::spawn::scoped(s, format!("gpu_rpc client {dev}.{id}"), move || {
                             let client = region.client();
                             match catch_unwind(AssertUnwindSafe(|| kernel(dev, &client, ThreadIdx { id, count }))) {
                                 Ok(()) => Ok(()),
@@ -498,7 +453,7 @@ mod tests {
     fn server_threads_that_cannot_start_are_an_error_not_a_hang() {
         let d = Dispatcher::new(ServerConfig::default());
         // Neither server thread starts: the run fails before any client.
-        spawn_failures::plan(0, 2);
+        crate::spawn::failures::plan(0, 2);
         let ran = AtomicUsize::new(0);
         let e = run(&launch(2, 2), &d, |_, _| {
             // Relaxed: a count read after the run.
@@ -513,7 +468,7 @@ mod tests {
         // Relaxed: the run is over.
         assert_eq!(ran.load(Ordering::Relaxed), 0);
         // One of two missing: the other serves every port.
-        spawn_failures::plan(0, 1);
+        crate::spawn::failures::plan(0, 1);
         let r = run(&launch(4, 2), &d, |c, _| {
             for i in 0..10 {
                 assert_eq!(c.noop(i).unwrap(), i + 1);
@@ -527,7 +482,7 @@ mod tests {
     fn a_client_thread_that_cannot_start_fails_the_run_and_the_others_finish() {
         let d = Dispatcher::new(ServerConfig::default());
         // Both server threads and client 0 start; client 1 does not.
-        spawn_failures::plan(3, 1);
+        crate::spawn::failures::plan(3, 1);
         let finished = AtomicUsize::new(0);
         let e = run(&launch(3, 2), &d, |c, _| {
             c.noop(1).unwrap();

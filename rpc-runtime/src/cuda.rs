@@ -1941,9 +1941,11 @@ pub fn launch_many(jobs: &[Job<'_, '_>]) -> Vec<Result<Report, CudaError>> {
     let (ran, abandoned, served) =
         std::thread::scope(|s| {
             let done = &done;
+            let mut refused_thread = None;
             let servers: Vec<_> = (0..threads)
-                .map(|t| {
-                    s.spawn(move || {
+                .filter_map(|t| {
+                    // A missing server thread's ports are served by the others.
+                    crate::spawn::scoped(s, format!("gpu_rpc server {t}"), move || {
                         let servers: Vec<Server<'_>> = jobs
                             .iter()
                             .zip(done)
@@ -1961,18 +1963,30 @@ pub fn launch_many(jobs: &[Job<'_, '_>]) -> Vec<Result<Report, CudaError>> {
                             .collect();
                         serve_pool(&pool, t, threads, SERVER_IDLE_SPINS)
                     })
+                    .map_err(|e| refused_thread = Some(e))
+                    .ok()
                 })
                 .collect();
+            let no_servers = servers
+                .is_empty()
+                .then(|| refused_thread.map_or("none asked for".to_string(), |e| e.to_string()));
             // One thread per kernel launches it on its own stream and waits for it.
             let watchers: Vec<_> =
                 jobs.iter()
                     .zip(done)
                     .zip(&results)
-                    .map(|((job, flag), refused)| {
+                    .enumerate()
+                    .map(|(i, ((job, flag), refused))| {
                         let params = refused
                             .is_none()
                             .then(|| Params::new(job.region.client_desc(), job.extra));
-                        s.spawn(move || {
+                        // Release (both stores): as `StopOnDrop`, for servers
+                        // that would wait on this job.
+                        if let (Some(why), Some(_)) = (&no_servers, &params) {
+                            flag.store(true, std::sync::atomic::Ordering::Release);
+                            return Err(CudaError::config(format!("no server thread could be started: {why}")));
+                        }
+                        crate::spawn::scoped(s, format!("gpu_rpc launch {i}"), move || {
                             let mut params = params?;
                             // The kernel is over (or never started) when this returns
                             // or unwinds: let the servers drain its region and stop.
@@ -1981,11 +1995,18 @@ pub fn launch_many(jobs: &[Job<'_, '_>]) -> Vec<Result<Report, CudaError>> {
                                 run_kernel(job.region.device(), job.kernel, job.launch, &mut params.ptrs)
                             }))
                         })
+                        .map_err(|e| {
+                            flag.store(true, std::sync::atomic::Ordering::Release);
+                            CudaError::config(format!("the thread that launches the kernel could not be started: {e}"))
+                        })
                     })
                     .collect();
             let ran: Vec<Option<Result<Option<Duration>, CudaError>>> = watchers
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|p| resume_unwind(p)))
+                .map(|w| match w {
+                    Ok(h) => h.join().unwrap_or_else(|p| resume_unwind(p)),
+                    Err(e) => Some(Err(e)),
+                })
                 .collect();
             let mut abandoned: Vec<Option<Abandoned>> = jobs.iter().map(|_| None).collect();
             let mut served: Vec<u64> = jobs.iter().map(|_| 0).collect();

@@ -2438,13 +2438,22 @@ pub fn launch_with_region(
 
     let (ran, abandoned, calls) = std::thread::scope(|s| {
         let stop = StopOnDrop(&done);
+        let mut refused = None;
         let servers: Vec<_> = (0..threads)
-            .map(|t| {
+            .filter_map(|t| {
                 let done = &done;
-                s.spawn(move || serve(region, dispatcher, done, t, threads))
+                // A missing server thread's ports are served by the others.
+                crate::spawn::scoped(s, format!("gpu_rpc server {t}"), move || {
+                    serve(region, dispatcher, done, t, threads)
+                })
+                .map_err(|e| refused = Some(e))
+                .ok()
             })
             .collect();
-        let ran = run_kernel(kernel, launch, desc_ptr, extra);
+        let ran = match (servers.is_empty(), refused) {
+            (true, Some(e)) => Err(HsaError::config(format!("no server thread could be started: {e}"))),
+            _ => run_kernel(kernel, launch, desc_ptr, extra),
+        };
         drop(stop);
         let mut abandoned = None;
         let mut calls = 0;

@@ -45,6 +45,8 @@ pub mod launch;
 pub mod metrics;
 #[cfg(feature = "std")]
 pub mod server;
+#[cfg(feature = "std")]
+mod spawn;
 
 #[cfg(feature = "cpu")]
 pub mod cpu;

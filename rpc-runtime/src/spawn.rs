@@ -1,0 +1,51 @@
+//! Starting the host threads of a run (server threads, client lanes, kernel
+//! watchers). The OS may refuse a thread (thread limits, memory); every
+//! backend reports that as an error of the run instead of panicking, which
+//! `std::thread::Scope::spawn` would do.
+
+use std::io;
+use std::thread::{Builder, Scope, ScopedJoinHandle};
+
+/// Start a scoped thread named `name`, or say why the OS refused it.
+pub(crate) fn scoped<'s, 'e, T: Send + 's>(
+    scope: &'s Scope<'s, 'e>,
+    name: String,
+    f: impl FnOnce() -> T + Send + 's,
+) -> io::Result<ScopedJoinHandle<'s, T>> {
+    #[cfg(test)]
+    if failures::take() {
+        return Err(io::Error::other("refused by the test"));
+    }
+    Builder::new().name(name).spawn_scoped(scope, f)
+}
+
+/// Test support: make the next spawns made by this thread fail.
+#[cfg(test)]
+pub(crate) mod failures {
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Spawns to let through, then how many to fail.
+        static PLAN: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+    }
+
+    /// Let `ok` spawns through, then fail `fail` of them.
+    pub(crate) fn plan(ok: usize, fail: usize) {
+        PLAN.with(|p| p.set((ok, fail)));
+    }
+
+    /// Whether this spawn fails.
+    pub(crate) fn take() -> bool {
+        PLAN.with(|p| match p.get() {
+            (0, 0) => false,
+            (0, f) => {
+                p.set((0, f - 1));
+                true
+            }
+            (ok, f) => {
+                p.set((ok - 1, f));
+                false
+            }
+        })
+    }
+}
