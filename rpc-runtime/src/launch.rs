@@ -84,8 +84,8 @@ pub(crate) struct StopOnDrop<'a>(pub(crate) &'a AtomicBool);
 
 impl Drop for StopOnDrop<'_> {
     fn drop(&mut self) {
-        // Release: pairs with the servers' acquire load in
-        // `Dispatcher::serve_until`.
+        // Release: pairs with the servers' acquire load of the flag in
+        // `server::serve_pool`.
         self.0.store(true, Ordering::Release);
     }
 }

@@ -19,7 +19,12 @@
 //! * `metrics` (feature `std`) — per-method counters and host-time
 //!   histograms a `Dispatcher` keeps while serving.
 //! * `server` (feature `std`) — the host server: port scanning, services,
-//!   dispatch helpers for generated code, error reporting.
+//!   dispatch helpers for generated code, error reporting; with feature
+//!   `tracing`, a span per served call and an event per error.
+//! * `launch` (features `cuda`, `hsa`) — what the GPU backends share: kernel
+//!   arguments, the report of a launch, mapped host buffers.
+//! * `cuda` (feature `cuda`) and `hsa` (feature `hsa`) — the NVIDIA and AMD
+//!   backends; their drivers are loaded at run time, so both build anywhere.
 //! * `cpu` (feature `cpu`, default) — the CPU backend: client lanes are host
 //!   threads, so everything runs on a machine without a GPU.
 //!
