@@ -73,8 +73,10 @@ pub mod services;
 
 /// What generated code needs; not a public API.
 ///
-/// Generated code names only `::gpu_rpc::...` paths, so the user's crate needs
-/// no other dependency, and what is generated for the host side is wrapped in
+/// The one path the code `#[gpu_rpc]`, `#[derive(Wire)]` and the print macros
+/// generate names: `::gpu_rpc::__private::*`, so the user's crate needs no
+/// other dependency and the public modules can move without breaking
+/// generated code. What is generated for the host side is wrapped in
 /// [`if_std!`](crate::__gpu_rpc_if_std): that macro is defined by *this*
 /// crate, according to *its* `std` feature, so the decision is made where the
 /// feature is known. (A `#[cfg(feature = "std")]` in generated code would test
@@ -86,8 +88,14 @@ pub mod __private {
     #[cfg(feature = "std")]
     pub use std::sync::Arc;
 
-    use crate::call::{CallDesc, CallError, Status};
-    use crate::wire::WireError;
+    pub use crate::call::{fail, halt, Block, CallDesc, CallError};
+    pub use crate::protocol::Client;
+    #[cfg(feature = "std")]
+    pub use crate::server::{MethodInfo, ServerCall, Service};
+    pub use crate::services::{print_host, PrintArg};
+    pub use crate::wire::{fnv1a, mix, Wire, WireError, SCHEMA_SEED};
+
+    use crate::call::Status;
 
     /// `n` as a `u32`, saturating (so that an oversized layout still fails
     /// `CallDesc::check` instead of wrapping around).

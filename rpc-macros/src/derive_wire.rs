@@ -47,7 +47,7 @@ pub fn derive(input: TokenStream) -> syn::Result<TokenStream> {
         let wc = generics.make_where_clause();
         for f in &fields {
             let ty = &f.ty;
-            wc.predicates.push(syn::parse_quote!(#ty: ::gpu_rpc::Wire));
+            wc.predicates.push(syn::parse_quote!(#ty: ::gpu_rpc::__private::Wire));
         }
     }
     let (impl_g, ty_g, where_c) = generics.split_for_impl();
@@ -64,12 +64,12 @@ pub fn derive(input: TokenStream) -> syn::Result<TokenStream> {
         .iter()
         .map(|f| {
             let ty = &f.ty;
-            quote!(<#ty as ::gpu_rpc::Wire>::SIZE)
+            quote!(<#ty as ::gpu_rpc::__private::Wire>::SIZE)
         })
         .collect();
     let schemas = fields.iter().map(|f| {
         let ty = &f.ty;
-        quote!(let h = ::gpu_rpc::wire::mix(h, <#ty as ::gpu_rpc::Wire>::SCHEMA);)
+        quote!(let h = ::gpu_rpc::__private::mix(h, <#ty as ::gpu_rpc::__private::Wire>::SCHEMA);)
     });
 
     // Byte range of field k: [start_k, end_k), as const expressions without
@@ -97,16 +97,16 @@ pub fn derive(input: TokenStream) -> syn::Result<TokenStream> {
         .iter()
         .zip(&ranges)
         .zip(&tys)
-        .map(|((m, r), ty)| quote!(<#ty as ::gpu_rpc::Wire>::encode(&self.#m, &mut out[#r]);));
+        .map(|((m, r), ty)| quote!(<#ty as ::gpu_rpc::__private::Wire>::encode(&self.#m, &mut out[#r]);));
     let decode = members
         .iter()
         .zip(&ranges)
         .zip(&tys)
-        .map(|((m, r), ty)| quote!(#m: <#ty as ::gpu_rpc::Wire>::decode(&bytes[#r])?));
+        .map(|((m, r), ty)| quote!(#m: <#ty as ::gpu_rpc::__private::Wire>::decode(&bytes[#r])?));
     let zeroed = members
         .iter()
         .zip(&tys)
-        .map(|(m, ty)| quote!(#m: <#ty as ::gpu_rpc::Wire>::zeroed()));
+        .map(|(m, ty)| quote!(#m: <#ty as ::gpu_rpc::__private::Wire>::zeroed()));
 
     // `out` / `bytes` unused for a field-less struct.
     let (out, bytes) = if fields.is_empty() {
@@ -124,11 +124,11 @@ pub fn derive(input: TokenStream) -> syn::Result<TokenStream> {
     };
 
     Ok(quote! {
-        impl #impl_g ::gpu_rpc::Wire for #ident #ty_g #where_c {
+        impl #impl_g ::gpu_rpc::__private::Wire for #ident #ty_g #where_c {
             const SIZE: usize = #size;
             const SCHEMA: u32 = {
-                let h = ::gpu_rpc::wire::fnv1a(::gpu_rpc::wire::SCHEMA_SEED, #name.as_bytes());
-                let h = ::gpu_rpc::wire::mix(h, #field_count);
+                let h = ::gpu_rpc::__private::fnv1a(::gpu_rpc::__private::SCHEMA_SEED, #name.as_bytes());
+                let h = ::gpu_rpc::__private::mix(h, #field_count);
                 #(#schemas)*
                 h
             };
@@ -137,7 +137,7 @@ pub fn derive(input: TokenStream) -> syn::Result<TokenStream> {
                 #(#encode)*
             }
             #[inline(always)]
-            fn decode(#bytes: &[u8]) -> ::gpu_rpc::__private::core::result::Result<Self, ::gpu_rpc::wire::WireError> {
+            fn decode(#bytes: &[u8]) -> ::gpu_rpc::__private::core::result::Result<Self, ::gpu_rpc::__private::WireError> {
                 ::gpu_rpc::__private::core::result::Result::Ok(#ctor)
             }
             #[inline(always)]

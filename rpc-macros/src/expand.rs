@@ -1,6 +1,7 @@
 //! Pass 3: code generation.
 //!
-//! Everything generated names `::gpu_rpc::...` paths only. The client side is
+//! Everything generated names `::gpu_rpc::__private::...` paths only (one
+//! private path, re-exported by the facade). The client side is
 //! `no_std` and allocation-free; the host side is wrapped in
 //! `::gpu_rpc::__private::if_std! { ... }`, which expands to nothing when
 //! `gpu_rpc` is built without `std` (a device build). Local variables use
@@ -38,7 +39,7 @@ fn usize_lit(v: usize) -> Literal {
 }
 
 fn wire_size(ty: &Type) -> TokenStream {
-    quote!(<#ty as ::gpu_rpc::Wire>::SIZE)
+    quote!(<#ty as ::gpu_rpc::__private::Wire>::SIZE)
 }
 
 /// `a + b + ...`, or `0` for none, without a `0 +` (which lints dislike).
@@ -109,14 +110,14 @@ pub fn expand(svc: &Service) -> TokenStream {
         #[doc = #client_doc]
         #[derive(Clone, Copy)]
         #vis struct #client<'c, 'a> {
-            client: &'c ::gpu_rpc::Client<'a>,
+            client: &'c ::gpu_rpc::__private::Client<'a>,
         }
 
         #[allow(dead_code)]
         impl<'c, 'a> #client<'c, 'a> {
             /// A stub making its calls through `client`.
             #[inline]
-            pub fn new(client: &'c ::gpu_rpc::Client<'a>) -> Self {
+            pub fn new(client: &'c ::gpu_rpc::__private::Client<'a>) -> Self {
                 Self { client }
             }
 
@@ -159,9 +160,9 @@ fn desc_const(svc: &Service, m: &Method) -> TokenStream {
                 (tag::OUT, Some(e))
             }
         };
-        mixes.push(quote!(let h = ::gpu_rpc::wire::mix(h, #t);));
+        mixes.push(quote!(let h = ::gpu_rpc::__private::mix(h, #t);));
         if let Some(ty) = schema {
-            mixes.push(quote!(let h = ::gpu_rpc::wire::mix(h, <#ty as ::gpu_rpc::Wire>::SCHEMA);));
+            mixes.push(quote!(let h = ::gpu_rpc::__private::mix(h, <#ty as ::gpu_rpc::__private::Wire>::SCHEMA);));
         }
     }
     let (ret_tag, ret_bytes) = match (&m.ret, m.is_async) {
@@ -173,9 +174,9 @@ fn desc_const(svc: &Service, m: &Method) -> TokenStream {
             (tag::RET_VALUE, quote!(::gpu_rpc::__private::bytes_u32(#s)))
         }
     };
-    mixes.push(quote!(let h = ::gpu_rpc::wire::mix(h, #ret_tag);));
+    mixes.push(quote!(let h = ::gpu_rpc::__private::mix(h, #ret_tag);));
     if let Ret::Value(ty) = &m.ret {
-        mixes.push(quote!(let h = ::gpu_rpc::wire::mix(h, <#ty as ::gpu_rpc::Wire>::SCHEMA);));
+        mixes.push(quote!(let h = ::gpu_rpc::__private::mix(h, <#ty as ::gpu_rpc::__private::Wire>::SCHEMA);));
     }
     let arg_bytes = if arg_sizes.is_empty() {
         quote!(0)
@@ -204,7 +205,7 @@ fn desc_const(svc: &Service, m: &Method) -> TokenStream {
 
     quote! {
         #[doc = #doc]
-        pub const #c: &'static ::gpu_rpc::CallDesc = &::gpu_rpc::CallDesc {
+        pub const #c: &'static ::gpu_rpc::__private::CallDesc = &::gpu_rpc::__private::CallDesc {
             service: #service,
             method: #name,
             opcode: #opcode,
@@ -235,7 +236,7 @@ fn method_checks(rpc: &Ident, m: &Method) -> TokenStream {
     let span = m.ident.span();
     let rpc = Ident::new(&rpc.to_string(), span);
     let mut out = quote_spanned! {span=>
-        const _: () = ::gpu_rpc::CallDesc::check(#rpc::#c);
+        const _: () = ::gpu_rpc::__private::CallDesc::check(#rpc::#c);
     };
     for a in &m.args {
         if let ArgKind::Slice(e) | ArgKind::Out(e) = &a.kind {
@@ -315,13 +316,13 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
                 let off = sum(hdr, &sizes);
                 sizes.push(wire_size(ty));
                 let end = sum(hdr, &sizes);
-                fill.push(quote!(<#ty as ::gpu_rpc::Wire>::encode(&#id, &mut #block[#off..#end]);));
+                fill.push(quote!(<#ty as ::gpu_rpc::__private::Wire>::encode(&#id, &mut #block[#off..#end]);));
             }
         }
     }
     let block_mut = if fill.is_empty() { quote!() } else { quote!(mut) };
     let send = quote! {
-        let #block_mut #block = ::gpu_rpc::call::Block([0u8; #rpc::#c.block_len()]);
+        let #block_mut #block = ::gpu_rpc::__private::Block([0u8; #rpc::#c.block_len()]);
         #(#fill)*
         let #call = self.client.begin(#rpc::#c, &#block);
         #(#streams)*
@@ -331,13 +332,14 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
         _ => quote!(0),
     };
     let wait = quote! {
-        let mut #ret = ::gpu_rpc::call::Block([0u8; #ret_size]);
+        let mut #ret = ::gpu_rpc::__private::Block([0u8; #ret_size]);
         let #reply = #call.reply(&mut #ret);
         #(#outs)*
         let #result = #reply.result();
         #reply.close();
     };
-    let result_ty = |t: TokenStream| quote!(::gpu_rpc::__private::core::result::Result<#t, ::gpu_rpc::CallError>);
+    let result_ty =
+        |t: TokenStream| quote!(::gpu_rpc::__private::core::result::Result<#t, ::gpu_rpc::__private::CallError>);
     let ok = quote!(::gpu_rpc::__private::core::result::Result::Ok);
     let err_path = quote!(::gpu_rpc::__private::core::result::Result::Err);
     let path = format!("{service}::{name}");
@@ -382,8 +384,8 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
                         #result
                     });
                     match #result {
-                        #ok(()) => ::gpu_rpc::call::halt(),
-                        #err_path(#err) => ::gpu_rpc::call::fail(#err),
+                        #ok(()) => ::gpu_rpc::__private::halt(),
+                        #err_path(#err) => ::gpu_rpc::__private::fail(#err),
                     }
                 }
             }
@@ -394,7 +396,7 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
                     quote!(#ty),
                     quote! {
                         #result?;
-                        ::gpu_rpc::__private::ret_value(<#ty as ::gpu_rpc::Wire>::decode(&#ret), #rpc::#c)
+                        ::gpu_rpc::__private::ret_value(<#ty as ::gpu_rpc::__private::Wire>::decode(&#ret), #rpc::#c)
                     },
                 ),
                 _ => (quote!(()), quote!(#result)),
@@ -422,7 +424,7 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
                 pub fn #ident(&self, #(#params),*) #ret_arrow {
                     match self.#try_ident(#(#names),*) {
                         #ok(#v) => #v,
-                        #err_path(#err) => ::gpu_rpc::call::fail(#err),
+                        #err_path(#err) => ::gpu_rpc::__private::fail(#err),
                     }
                 }
 
@@ -454,7 +456,7 @@ fn host_side(svc: &Service, service: &str, rpc: &Ident, server: &Ident) -> Token
     let infos = svc.methods.iter().map(|m| {
         let c = m.const_ident();
         let path = format!("{service}::{}", m.name);
-        quote!(::gpu_rpc::server::MethodInfo { desc: Self::#c, path: #path })
+        quote!(::gpu_rpc::__private::MethodInfo { desc: Self::#c, path: #path })
     });
 
     let arms = svc.methods.iter().enumerate().map(|(k, m)| {
@@ -586,7 +588,7 @@ fn host_side(svc: &Service, service: &str, rpc: &Ident, server: &Ident) -> Token
             #[allow(dead_code)]
             impl #rpc {
                 #[doc = #methods_doc]
-                pub const METHODS: &'static [::gpu_rpc::server::MethodInfo] = &[#(#infos),*];
+                pub const METHODS: &'static [::gpu_rpc::__private::MethodInfo] = &[#(#infos),*];
             }
 
             impl<#fwd_t: #tr + ?::gpu_rpc::__private::core::marker::Sized> #tr for ::gpu_rpc::__private::Arc<#fwd_t> {
@@ -594,17 +596,17 @@ fn host_side(svc: &Service, service: &str, rpc: &Ident, server: &Ident) -> Token
             }
 
             impl<#imp: #tr + ::gpu_rpc::__private::core::marker::Send + ::gpu_rpc::__private::core::marker::Sync>
-                ::gpu_rpc::server::Service for #server<#imp>
+                ::gpu_rpc::__private::Service for #server<#imp>
             {
                 fn name(&self) -> &'static str {
                     #rpc::SERVICE
                 }
 
-                fn methods(&self) -> &'static [::gpu_rpc::server::MethodInfo] {
+                fn methods(&self) -> &'static [::gpu_rpc::__private::MethodInfo] {
                     #rpc::METHODS
                 }
 
-                fn dispatch(&self, #index: usize, #call: &mut ::gpu_rpc::server::ServerCall<'_>) {
+                fn dispatch(&self, #index: usize, #call: &mut ::gpu_rpc::__private::ServerCall<'_>) {
                     #dispatch_body
                 }
             }

@@ -2,7 +2,7 @@
 //! [`#[derive(Wire)]`](derive@Wire).
 //!
 //! Use them through the `gpu_rpc` facade crate (`use gpu_rpc::{gpu_rpc,
-//! Wire};`): the code they generate names `::gpu_rpc::...` paths only.
+//! Wire};`): the code they generate names `::gpu_rpc::__private::...` paths only.
 //!
 //! The attribute macro works in three passes (private modules): `parse` turns
 //! the trait into a model, rejecting what cannot cross between device and host

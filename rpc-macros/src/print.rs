@@ -4,7 +4,7 @@
 //!
 //! Input (from the `macro_rules!` wrappers in `gpu_rpc::services`):
 //! `fd_expr, newline_bool ; "format", args...`. Output: a call to
-//! `::gpu_rpc::services::print_host(fd, newline, "normalized", &[args])`, where
+//! `::gpu_rpc::__private::print_host(fd, newline, "normalized", &[args])`, where
 //! the normalized string has only `{N}` / `{N:spec}` placeholders (`N` = the
 //! index in the argument array) and every value is wrapped in
 //! `PrintArg::new(&value)`. The spec grammar is `rpc_runtime::format_spec`'s.
@@ -203,11 +203,11 @@ pub fn expand(input: TokenStream) -> syn::Result<TokenStream> {
     }
     let normalized = LitStr::new(&out, span);
     Ok(quote! {
-        ::gpu_rpc::services::print_host(
+        ::gpu_rpc::__private::print_host(
             #fd,
             #newline,
             #normalized,
-            &[#(::gpu_rpc::services::PrintArg::new(&(#values))),*],
+            &[#(::gpu_rpc::__private::PrintArg::new(&(#values))),*],
         )
     })
 }
