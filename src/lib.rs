@@ -88,7 +88,7 @@ pub mod __private {
     #[cfg(feature = "std")]
     pub use std::sync::Arc;
 
-    pub use crate::call::{fail, halt, Block, CallDesc, CallError};
+    pub use crate::call::{fail, halt, lengths_bytes, Block, CallDesc, CallError};
     pub use crate::protocol::Client;
     #[cfg(feature = "std")]
     pub use crate::server::{MethodInfo, ServerCall, Service};

@@ -283,7 +283,9 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
         .filter(|a| matches!(a.kind, ArgKind::Str | ArgKind::Slice(_)))
         .count();
     let n_out = m.args.iter().filter(|a| matches!(a.kind, ArgKind::Out(_))).count();
-    let hdr = 8 * (n_in + n_out);
+    // The lengths come first in the block; their size is the runtime's rule.
+    let (n_in_lit, n_out_lit) = (usize_lit(n_in), usize_lit(n_out));
+    let hdr = quote!(::gpu_rpc::__private::lengths_bytes(#n_in_lit, #n_out_lit));
     let mut fill = Vec::new();
     let mut streams = Vec::new();
     let mut outs = Vec::new();
@@ -313,9 +315,9 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
             }
             ArgKind::Value => {
                 let ty = &a.ty;
-                let off = sum(hdr, &sizes);
+                let off = quote!(#hdr #(+ #sizes)*);
                 sizes.push(wire_size(ty));
-                let end = sum(hdr, &sizes);
+                let end = quote!(#hdr #(+ #sizes)*);
                 fill.push(quote!(<#ty as ::gpu_rpc::__private::Wire>::encode(&#id, &mut #block[#off..#end]);));
             }
         }

@@ -174,7 +174,7 @@ impl CallDesc {
 
     /// Bytes of the argument block (lengths, counts, arguments).
     pub const fn block_len(&self) -> usize {
-        8 * (self.in_streams as usize + self.out_elem_sizes.len()) + self.arg_bytes as usize
+        lengths_bytes(self.in_streams as usize, self.out_elem_sizes.len()) + self.arg_bytes as usize
     }
 
     /// The frame word for this method.
@@ -286,8 +286,21 @@ impl FrameWord {
 
     /// Bytes of the argument block this frame announces.
     pub const fn block_len(self) -> usize {
-        8 * (self.in_streams as usize + self.out_streams as usize) + self.arg_bytes as usize
+        lengths_bytes(self.in_streams as usize, self.out_streams as usize) + self.arg_bytes as usize
     }
+}
+
+/// Bytes at the start of an argument block that hold its lengths: one `u64`
+/// per streamed input (its byte length), then one per out-buffer (its
+/// element count); the encoded arguments follow. The one definition of that
+/// layout, used by the client stubs the macro generates, the frame word and
+/// the server.
+///
+/// ```
+/// assert_eq!(rpc_runtime::call::lengths_bytes(2, 1), 24);
+/// ```
+pub const fn lengths_bytes(in_streams: usize, out_buffers: usize) -> usize {
+    8 * (in_streams + out_buffers)
 }
 
 /// Packets after packet 0 needed for `len` bytes whose first

@@ -543,7 +543,11 @@ impl Dispatcher {
         let n_in = frame.in_streams as usize;
         let n_out = frame.out_streams as usize;
         let block_len = frame.block_len();
-        let keep = if accepted { block_len } else { 8 * (n_in + n_out) };
+        let keep = if accepted {
+            block_len
+        } else {
+            call::lengths_bytes(n_in, n_out)
+        };
         let Scratch {
             mut blocks,
             mut streams,
@@ -659,7 +663,7 @@ impl Dispatcher {
             port: index,
             opcode,
             method: method_name,
-            arg_offset: 8 * (n_in + n_out),
+            arg_offset: call::lengths_bytes(n_in, n_out),
             blocks,
             streams,
             status,
