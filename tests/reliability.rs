@@ -8,13 +8,13 @@
 //! blocks, frame words and streams, and by writing the shared region directly
 //! (`Region::raw`) as a misbehaving device would.
 
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gpu_rpc::call::{FrameWord, FRAME_VERSION};
-use gpu_rpc::cpu::{run, run_on, Launch, Region};
-use gpu_rpc::protocol::{Buffer, Layout, BUFFER_BYTES};
+use gpu_rpc::cpu::{run, run_on, Launch, RawDevice, Region};
+use gpu_rpc::protocol::{Buffer, Layout};
 use gpu_rpc::server::{Dispatcher, ServerConfig, ServerError};
 use gpu_rpc::{gpu_rpc, Status};
 
@@ -373,88 +373,12 @@ fn malformed_frame_words_are_refused() {
 // ---------------------------------------------------------------------------
 // A misbehaving device, writing the region directly.
 
-/// Raw access to a region: what a device with a bug could write.
-struct Device<'r> {
-    base: *mut u8,
-    layout: Layout,
-    _region: std::marker::PhantomData<&'r Region>,
-}
-
-impl<'r> Device<'r> {
-    fn new(region: &'r Region) -> Self {
-        Device {
-            // SAFETY: no client runs while the test writes the region; the
-            // server validates what it reads.
-            base: unsafe { region.raw() },
-            layout: region.layout(),
-            _region: std::marker::PhantomData,
-        }
-    }
-
-    fn u32_at(&self, off: usize) -> &AtomicU32 {
-        assert!(off + 4 <= self.layout.allocation_size() && off % 4 == 0);
-        // SAFETY: in bounds and aligned (checked above); the region's words
-        // are only accessed atomically.
-        unsafe { &*(self.base.add(off) as *const AtomicU32) }
-    }
-
-    fn u64_at(&self, off: usize) -> &AtomicU64 {
-        assert!(off + 8 <= self.layout.allocation_size() && off % 8 == 0);
-        // SAFETY: as in `u32_at`.
-        unsafe { &*(self.base.add(off) as *const AtomicU64) }
-    }
-
-    fn client_outbox(&self, port: u32) -> &AtomicU32 {
-        self.u32_at(self.layout.client_outbox_offset() + 4 * port as usize)
-    }
-
-    fn server_outbox(&self, port: u32) -> &AtomicU32 {
-        self.u32_at(self.layout.server_outbox_offset() + 4 * port as usize)
-    }
-
-    /// Word `w` of lane `lane`'s buffer: a port's packet is `lane_size` × 64
-    /// bytes, word-major (`[word][lane]`).
-    fn word_offset(&self, port: u32, lane: u32, w: usize) -> usize {
-        let lanes = self.layout.lane_size() as usize;
-        self.layout.packet_offset() + port as usize * lanes * BUFFER_BYTES + 8 * (w * lanes + lane as usize)
-    }
-
-    /// Write a header and lane buffers and hand the port to the server,
-    /// without holding the client lock.
-    fn inject(&self, port: u32, opcode: u32, mask: u64, packets: &[(u32, Buffer)]) {
-        let h = self.layout.header_offset() + 64 * port as usize;
-        // Relaxed: published by the release fence below.
-        self.u32_at(h).store(opcode, Ordering::Relaxed);
-        self.u64_at(h + 8).store(mask, Ordering::Relaxed);
-        for (lane, b) in packets {
-            for (w, v) in b.data.iter().enumerate() {
-                // Relaxed: published by the release fence below.
-                self.u64_at(self.word_offset(port, *lane, w))
-                    .store(*v, Ordering::Relaxed);
-            }
-        }
-        // Relaxed: the device is the only writer of its outbox.
-        let c = self.client_outbox(port).load(Ordering::Relaxed);
-        // Release: the header and packet become visible before the flip.
-        fence(Ordering::Release);
-        // Relaxed: ordered by the fence above.
-        self.client_outbox(port).store(c ^ 1, Ordering::Relaxed);
-    }
-
-    /// The first word (status) of lane `lane`'s buffer, once the server has
-    /// handed the port back.
-    fn status(&self, port: u32, lane: u32) -> Status {
-        // Relaxed: the acquire fence below orders the read after the flip.
-        assert_eq!(
-            self.client_outbox(port).load(Ordering::Relaxed),
-            self.server_outbox(port).load(Ordering::Relaxed),
-            "the server did not hand port {port} back"
-        );
-        // Acquire: the server's packet writes are visible.
-        fence(Ordering::Acquire);
-        // Relaxed: ordered by the fence above.
-        Status::from_u32(self.u64_at(self.word_offset(port, lane, 0)).load(Ordering::Relaxed) as u32)
-    }
+/// The device side of a region no client uses: what a device with a bug
+/// could write.
+fn raw_device(region: &Region) -> RawDevice<'_> {
+    // SAFETY: the tests that call this run no client on the region while
+    // the device writes it; the server validates what it reads.
+    unsafe { RawDevice::new(region) }
 }
 
 fn frame(word: u64, block: &[u8]) -> Buffer {
@@ -488,7 +412,7 @@ fn fill_call(max_stream_bytes: u64, max_call_bytes: u64, counts: &[u64]) -> (Vec
     d.add(RelServer(Arc::new(Host::default()))).unwrap();
     let lanes = counts.len() as u32;
     let region = Region::new(Layout::new(2, lanes).unwrap());
-    let dev = Device::new(&region);
+    let dev = raw_device(&region);
     let word = RelRpc::FILL.frame_word().pack();
     let packets: Vec<_> = (0..lanes)
         .zip(counts)
@@ -551,7 +475,7 @@ fn garbage_in_the_region_is_refused_and_the_region_stays_usable() {
     let (d, host) = dispatcher();
     let layout = Layout::new(8, 4).unwrap();
     let region = Region::new(layout);
-    let dev = Device::new(&region);
+    let dev = raw_device(&region);
     let add = RelRpc::ADD.frame_word().pack();
     let sum = RelRpc::SUM.frame_word().pack();
     let args = [1u64.to_le_bytes(), 2u64.to_le_bytes()].concat();

@@ -19,6 +19,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+mod raw;
+pub use raw::RawDevice;
+
 use crate::lanes::Halt;
 use crate::protocol::{self, client_local_words, lock_words, Client, Layout, Parts, Server};
 use crate::server::{serve_pool, Dispatcher, Served};

@@ -17,14 +17,14 @@
 
 use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::cell::Cell;
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use rpc_runtime::call::{self, CallDesc, FrameWord, FRAME_VERSION, NOOP_DESC};
-use rpc_runtime::cpu::Region;
+use rpc_runtime::cpu::{RawDevice, Region};
 use rpc_runtime::protocol::{opcodes, Buffer, Layout, BUFFER_BYTES};
 use rpc_runtime::server::{Dispatcher, LaneError, MethodInfo, ServerCall, ServerConfig, ServerError, Service};
 use rpc_runtime::Status;
@@ -252,94 +252,29 @@ fn dispatcher() -> Dispatcher {
 // ---------------------------------------------------------------------------
 // The misbehaving device: raw access to the region.
 
+/// The shared raw device, plus the flag that says the server has returned
+/// (so a wait for a packet that can no longer come fails instead of hanging).
 struct Device<'r> {
-    base: *mut u8,
-    layout: Layout,
+    raw: RawDevice<'r>,
     /// Set once the server has returned: no packet will come any more.
     server_done: &'r AtomicBool,
-    _region: std::marker::PhantomData<&'r Region>,
+}
+
+impl<'r> std::ops::Deref for Device<'r> {
+    type Target = RawDevice<'r>;
+    fn deref(&self) -> &RawDevice<'r> {
+        &self.raw
+    }
 }
 
 impl<'r> Device<'r> {
     fn new(region: &'r Region, server_done: &'r AtomicBool) -> Self {
         Device {
-            server_done,
             // SAFETY: the test plays the only client of this region; the
             // server validates what it reads.
-            base: unsafe { region.raw() },
-            layout: region.layout(),
-            _region: std::marker::PhantomData,
+            raw: unsafe { RawDevice::new(region) },
+            server_done,
         }
-    }
-
-    fn u32_at(&self, off: usize) -> &AtomicU32 {
-        assert!(off + 4 <= self.layout.allocation_size() && off % 4 == 0);
-        // SAFETY: in bounds and aligned (checked above); the region's words
-        // are only ever accessed atomically.
-        unsafe { &*(self.base.add(off) as *const AtomicU32) }
-    }
-
-    fn u64_at(&self, off: usize) -> &AtomicU64 {
-        assert!(off + 8 <= self.layout.allocation_size() && off % 8 == 0);
-        // SAFETY: as in `u32_at`.
-        unsafe { &*(self.base.add(off) as *const AtomicU64) }
-    }
-
-    fn client_outbox(&self, port: u32) -> &AtomicU32 {
-        self.u32_at(self.layout.client_outbox_offset() + 4 * port as usize)
-    }
-
-    fn server_outbox(&self, port: u32) -> &AtomicU32 {
-        self.u32_at(self.layout.server_outbox_offset() + 4 * port as usize)
-    }
-
-    fn set_header(&self, port: u32, opcode: u32, mask: u64) {
-        let h = self.layout.header_offset() + 64 * port as usize;
-        // Relaxed: published by the release fence in `flip`.
-        self.u32_at(h).store(opcode, Ordering::Relaxed);
-        self.u64_at(h + 8).store(mask, Ordering::Relaxed);
-    }
-
-    /// Offset of word `w` of lane `lane`'s buffer of `port`: a port's packet
-    /// is `lane_size` × 64 bytes, word-major (`[word][lane]`).
-    fn word_offset(&self, port: u32, lane: u32, w: usize) -> usize {
-        let lanes = self.layout.lane_size() as usize;
-        self.layout.packet_offset() + port as usize * lanes * BUFFER_BYTES + 8 * (w * lanes + lane as usize)
-    }
-
-    fn write(&self, port: u32, lane: u32, b: &Buffer) {
-        for (w, v) in b.data.iter().enumerate() {
-            // Relaxed: published by the release fence in `flip`.
-            self.u64_at(self.word_offset(port, lane, w))
-                .store(*v, Ordering::Relaxed);
-        }
-    }
-
-    fn read(&self, port: u32, lane: u32) -> Buffer {
-        let mut b = Buffer::default();
-        for (w, v) in b.data.iter_mut().enumerate() {
-            // Relaxed: ordered after the server's writes by the acquire fence
-            // in `wait_owned`.
-            *v = self.u64_at(self.word_offset(port, lane, w)).load(Ordering::Relaxed);
-        }
-        b
-    }
-
-    /// Hand the port to the server (the device is the only writer of the
-    /// client outbox).
-    fn flip(&self, port: u32) {
-        // Relaxed load: only this thread writes the client outbox.
-        let c = self.client_outbox(port).load(Ordering::Relaxed);
-        // Release: the header and packet writes above become visible before
-        // the flip, as in the protocol's `invert_outbox`.
-        fence(Ordering::Release);
-        // Relaxed: ordered by the fence above.
-        self.client_outbox(port).store(c ^ 1, Ordering::Relaxed);
-    }
-
-    fn owned(&self, port: u32) -> bool {
-        // Relaxed: the acquire fence in `wait_owned` orders the packet reads.
-        self.client_outbox(port).load(Ordering::Relaxed) == self.server_outbox(port).load(Ordering::Relaxed)
     }
 
     /// Wait (with a deadline) until the server hands the port back.
@@ -364,9 +299,7 @@ impl<'r> Device<'r> {
                 std::hint::spin_loop();
             }
         }
-        // Acquire: the server's packet writes, released before its flip, are
-        // visible to the reads that follow.
-        fence(Ordering::Acquire);
+        // `owned` fenced (acquire): the server's packet writes are visible.
         Ok(())
     }
 }

@@ -1,0 +1,151 @@
+//! A device that writes a region directly, without the client's protocol:
+//! what fault-injection tests play (a kernel with a bug, hostile device
+//! memory). It writes headers and packets and flips the client outbox; the
+//! server must answer or refuse whatever it finds, and stay usable.
+
+use std::marker::PhantomData;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+use super::Region;
+use crate::call::Status;
+use crate::protocol::{Buffer, Layout, BUFFER_BYTES};
+
+/// Raw access to a [`Region`]'s shared memory, as a misbehaving device has
+/// it (the client lock words are not used).
+///
+/// ```
+/// use rpc_runtime::cpu::{RawDevice, Region};
+/// use rpc_runtime::protocol::{opcodes, Buffer, Layout};
+/// use rpc_runtime::server::{Dispatcher, ServerConfig};
+/// use rpc_runtime::Status;
+/// let region = Region::new(Layout::new(1, 1).unwrap());
+/// // SAFETY: nothing else uses the region while the test writes it.
+/// let dev = unsafe { RawDevice::new(&region) };
+/// // A frame word of version 0: refused as a whole, answered BadFrame.
+/// dev.inject(0, opcodes::NOOP, 1, &[(0, Buffer::default())]);
+/// let d = Dispatcher::new(ServerConfig { log_errors: false, ..ServerConfig::default() });
+/// d.poll(&region.server(), 0..1).unwrap();
+/// assert_eq!(dev.status(0, 0), Status::BadFrame);
+/// ```
+pub struct RawDevice<'r> {
+    base: *mut u8,
+    layout: Layout,
+    _region: PhantomData<&'r Region>,
+}
+
+impl<'r> RawDevice<'r> {
+    /// The device side of `region`.
+    ///
+    /// # Safety
+    /// No client may use the region while this device writes it (the
+    /// server may: it validates what it reads).
+    pub unsafe fn new(region: &'r Region) -> Self {
+        RawDevice {
+            // SAFETY: the caller's contract; the pointer is used only for
+            // in-bounds atomic accesses below.
+            base: unsafe { region.raw() },
+            layout: region.layout(),
+            _region: PhantomData,
+        }
+    }
+
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        assert!(off + 4 <= self.layout.allocation_size() && off % 4 == 0);
+        // SAFETY: in bounds and aligned (checked above); the region lives for
+        // 'r and its words are only accessed atomically.
+        unsafe { &*(self.base.add(off) as *const AtomicU32) }
+    }
+
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        assert!(off + 8 <= self.layout.allocation_size() && off % 8 == 0);
+        // SAFETY: as in `u32_at`.
+        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+    }
+
+    fn client_outbox(&self, port: u32) -> &AtomicU32 {
+        self.u32_at(self.layout.client_outbox_offset() + 4 * port as usize)
+    }
+
+    fn server_outbox(&self, port: u32) -> &AtomicU32 {
+        self.u32_at(self.layout.server_outbox_offset() + 4 * port as usize)
+    }
+
+    /// Offset of word `w` of lane `lane`'s buffer of `port`: a port's packet
+    /// is `lane_size` × 64 bytes, word-major (`[word][lane]`).
+    fn word_offset(&self, port: u32, lane: u32, w: usize) -> usize {
+        let lanes = self.layout.lane_size() as usize;
+        self.layout.packet_offset() + port as usize * lanes * BUFFER_BYTES + 8 * (w * lanes + lane as usize)
+    }
+
+    /// Write `port`'s header (published by the next [`flip`](Self::flip)).
+    pub fn set_header(&self, port: u32, opcode: u32, mask: u64) {
+        let h = self.layout.header_offset() + 64 * port as usize;
+        // Relaxed: published by the release fence in `flip`.
+        self.u32_at(h).store(opcode, Ordering::Relaxed);
+        self.u64_at(h + 8).store(mask, Ordering::Relaxed);
+    }
+
+    /// Write lane `lane`'s buffer of `port` (published by the next flip).
+    pub fn write(&self, port: u32, lane: u32, b: &Buffer) {
+        for (w, v) in b.data.iter().enumerate() {
+            // Relaxed: published by the release fence in `flip`.
+            self.u64_at(self.word_offset(port, lane, w))
+                .store(*v, Ordering::Relaxed);
+        }
+    }
+
+    /// Read lane `lane`'s buffer of `port` (after [`owned`](Self::owned)
+    /// said the server handed it back).
+    pub fn read(&self, port: u32, lane: u32) -> Buffer {
+        let mut b = Buffer::default();
+        for (w, v) in b.data.iter_mut().enumerate() {
+            // Relaxed: ordered after the server's writes by the acquire fence
+            // in `owned`.
+            *v = self.u64_at(self.word_offset(port, lane, w)).load(Ordering::Relaxed);
+        }
+        b
+    }
+
+    /// Hand `port` to the server: what was written becomes visible, then the
+    /// client outbox flips.
+    pub fn flip(&self, port: u32) {
+        // Relaxed load: this device is the only writer of the client outbox.
+        let c = self.client_outbox(port).load(Ordering::Relaxed);
+        // Release: the header and packet writes become visible before the
+        // flip, as in the protocol's `invert_outbox`.
+        fence(Ordering::Release);
+        // Relaxed: ordered by the fence above.
+        self.client_outbox(port).store(c ^ 1, Ordering::Relaxed);
+    }
+
+    /// Whether the server has handed `port` back (then its packet writes are
+    /// visible to [`read`](Self::read)).
+    pub fn owned(&self, port: u32) -> bool {
+        // Relaxed: the acquire fence below orders the packet reads.
+        let owned =
+            self.client_outbox(port).load(Ordering::Relaxed) == self.server_outbox(port).load(Ordering::Relaxed);
+        if owned {
+            // Acquire: the server's packet writes, released before its flip,
+            // are visible to the reads that follow.
+            fence(Ordering::Acquire);
+        }
+        owned
+    }
+
+    /// Write a header and lane buffers and hand the port to the server in
+    /// one step (one packet; a call that needs more waits for them).
+    pub fn inject(&self, port: u32, opcode: u32, mask: u64, packets: &[(u32, Buffer)]) {
+        self.set_header(port, opcode, mask);
+        for (lane, b) in packets {
+            self.write(port, *lane, b);
+        }
+        self.flip(port);
+    }
+
+    /// The status word of lane `lane`'s reply on `port`; panics if the server
+    /// has not handed the port back.
+    pub fn status(&self, port: u32, lane: u32) -> Status {
+        assert!(self.owned(port), "the server did not hand port {port} back");
+        Status::from_u32(self.read(port, lane).data[0] as u32)
+    }
+}
