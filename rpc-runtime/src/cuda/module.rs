@@ -1,0 +1,536 @@
+//! PTX modules and their kernels: loading, checking, entry points,
+//! parameter layouts and resource limits.
+
+use super::*;
+
+/// Check that `text` looks like PTX: after whitespace and comments, the first
+/// directive must be `.version`.
+pub(super) fn check_ptx(text: &str) -> Result<(), CudaError> {
+    let not_ptx = |reason: String| Err(CudaError::NotPtx { reason });
+    if text.contains('\0') {
+        return not_ptx("the text contains a NUL byte".to_string());
+    }
+    let mut rest = text;
+    loop {
+        rest = rest.trim_start();
+        if let Some(r) = rest.strip_prefix("//") {
+            rest = r.split_once('\n').map_or("", |(_, after)| after);
+        } else if let Some(r) = rest.strip_prefix("/*") {
+            rest = r.split_once("*/").map_or("", |(_, after)| after);
+        } else {
+            break;
+        }
+    }
+    if rest.is_empty() {
+        return not_ptx("the text is empty (or only comments)".to_string());
+    }
+    if !rest.starts_with(".version") {
+        let head: String = rest.chars().take(40).collect();
+        return not_ptx(format!(
+            "expected the `.version` directive that starts a PTX module, found {head:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// The `.entry` names declared in PTX text (for error messages).
+pub(super) fn ptx_entries(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for line in text.lines() {
+        let mut tokens = line.split_whitespace();
+        while let Some(t) = tokens.next() {
+            if t == ".entry" {
+                if let Some(name) = tokens.next() {
+                    let name = name.split('(').next().unwrap_or(name);
+                    if !name.is_empty() {
+                        names.push(name.to_string());
+                    }
+                }
+                break;
+            }
+        }
+    }
+    names
+}
+
+/// A PTX module loaded into a device's context; unloaded on drop.
+///
+/// ```no_run
+/// use rpc_runtime::cuda::{CudaDevice, Module};
+/// let dev = CudaDevice::new(0)?;
+/// let module = Module::from_ptx(&dev, ".version 7.8\n.target sm_90\n.address_size 64\n.visible .entry k() { ret; }\n")?;
+/// assert_eq!(module.entries(), ["k"]);
+/// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+/// ```
+pub struct Module {
+    device: CudaDevice,
+    raw: sys::CUmodule,
+    entries: Vec<String>,
+}
+
+// SAFETY: a `CUmodule` is a driver handle usable from any thread on which its
+// context is current (every use binds it first); the driver API is
+// thread-safe.
+unsafe impl Send for Module {}
+// SAFETY: as above; `&Module` only looks functions up.
+unsafe impl Sync for Module {}
+
+impl fmt::Debug for Module {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Module")
+            .field("device", &self.device)
+            .field("entries", &self.entries)
+            .finish()
+    }
+}
+
+impl Module {
+    /// Load PTX text (JIT-compiled by the driver for the device). Text that
+    /// is not PTX is refused before it reaches the driver
+    /// ([`CudaError::NotPtx`]); PTX the driver rejects gives
+    /// [`CudaError::InvalidPtx`] with the JIT compiler's log.
+    ///
+    /// ```no_run
+    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
+    /// let err = rpc_runtime::cuda::Module::from_ptx(&dev, "hello").unwrap_err();
+    /// assert!(err.to_string().contains("not PTX"));
+    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// ```
+    pub fn from_ptx(device: &CudaDevice, ptx: &str) -> Result<Module, CudaError> {
+        check_ptx(ptx)?;
+        let entries = ptx_entries(ptx);
+        let src = CString::new(ptx).map_err(|_| CudaError::NotPtx {
+            reason: "the text contains a NUL byte".to_string(),
+        })?;
+        device.bind()?;
+        let mut log = vec![0u8; JIT_LOG_BYTES];
+        let mut options = [
+            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        ];
+        // The size option is an integer passed in the pointer-sized slot.
+        let mut values = [
+            log.as_mut_ptr().cast::<c_void>(),
+            std::ptr::without_provenance_mut::<c_void>(JIT_LOG_BYTES),
+        ];
+        let mut raw: sys::CUmodule = std::ptr::null_mut();
+        // SAFETY: `src` is NUL-terminated PTX text; `options`/`values` hold two
+        // matching entries; `log` has `JIT_LOG_BYTES` writable bytes and
+        // outlives the call; the context is current.
+        let r = raw_guard("loading a PTX module", || unsafe {
+            sys::cuModuleLoadDataEx(
+                &mut raw,
+                src.as_ptr().cast(),
+                options.len() as u32,
+                options.as_mut_ptr(),
+                values.as_mut_ptr(),
+            )
+            .result()
+        })?;
+        match r {
+            Ok(()) => Ok(Module {
+                device: device.clone(),
+                raw,
+                entries,
+            }),
+            Err(e) => {
+                use sys::CUresult::*;
+                let (code, name, message) = describe(e);
+                match e.0 {
+                    CUDA_ERROR_INVALID_PTX
+                    | CUDA_ERROR_INVALID_IMAGE
+                    | CUDA_ERROR_NO_BINARY_FOR_GPU
+                    | CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+                    | CUDA_ERROR_INVALID_SOURCE
+                    | CUDA_ERROR_JIT_COMPILER_NOT_FOUND
+                    | CUDA_ERROR_JIT_COMPILATION_DISABLED => {
+                        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+                        let log = String::from_utf8_lossy(&log[..end]).into_owned();
+                        Err(CudaError::InvalidPtx {
+                            code,
+                            name,
+                            message,
+                            log,
+                        })
+                    }
+                    _ => Err(CudaError::Driver {
+                        what: "loading a PTX module".to_string(),
+                        code,
+                        name,
+                        message,
+                    }),
+                }
+            }
+        }
+    }
+
+    /// [`from_ptx`](Self::from_ptx) on the contents of a file.
+    ///
+    /// ```no_run
+    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
+    /// let module = rpc_runtime::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
+    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// ```
+    pub fn from_ptx_file(device: &CudaDevice, path: impl AsRef<Path>) -> Result<Module, CudaError> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| CudaError::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        let text = String::from_utf8(bytes).map_err(|_| CudaError::NotPtx {
+            reason: format!(
+                "{} is not UTF-8 text (a cubin or fatbin? this backend loads PTX text)",
+                path.display()
+            ),
+        })?;
+        Module::from_ptx(device, &text)
+    }
+
+    /// The `.entry` names declared in the PTX text.
+    ///
+    /// ```no_run
+    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
+    /// # let module = rpc_runtime::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
+    /// for name in module.entries() {
+    ///     println!("{name}");
+    /// }
+    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// ```
+    pub fn entries(&self) -> &[String] {
+        &self.entries
+    }
+
+    /// The device the module is loaded on.
+    ///
+    /// ```no_run
+    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
+    /// # let module = rpc_runtime::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
+    /// assert_eq!(module.device().ordinal(), 0);
+    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// ```
+    pub fn device(&self) -> &CudaDevice {
+        &self.device
+    }
+
+    /// The entry point `name` ([`CudaError::KernelNotFound`] when the module
+    /// has none of that name).
+    ///
+    /// ```no_run
+    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
+    /// # let module = rpc_runtime::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
+    /// let err = module.kernel("no_such_kernel").unwrap_err();
+    /// assert!(err.to_string().contains("kernel `no_such_kernel` not found in module"));
+    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// ```
+    pub fn kernel(&self, name: &str) -> Result<Kernel<'_>, CudaError> {
+        let not_found = || CudaError::KernelNotFound {
+            kernel: name.to_string(),
+            entries: self.entries.clone(),
+        };
+        let cname = CString::new(name).map_err(|_| not_found())?;
+        self.device.bind()?;
+        let raw = self.raw;
+        let what = format!("looking up kernel `{name}`");
+        // SAFETY: `raw` is a loaded module (unloaded only on drop); the context
+        // is current.
+        let func = match raw_guard(&what, || unsafe { result::module::get_function(raw, cname) })? {
+            Ok(f) => f,
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NOT_FOUND => return Err(not_found()),
+            Err(e) => return Err(CudaError::driver(&what, e)),
+        };
+        Ok(Kernel {
+            module: self,
+            func,
+            name: name.to_string(),
+            params: param_sizes(func),
+        })
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        let _ = self.device.bind();
+        let raw = self.raw;
+        // SAFETY: loaded in `from_ptx`, unloaded once; every `Kernel` borrows
+        // the module, so none outlives it. Errors (sticky context) are ignored.
+        let _ = raw_guard("unloading a module", || unsafe { result::module::unload(raw) });
+    }
+}
+
+/// Parameter sizes as the driver reports them (`cuFuncGetParamInfo`, CUDA
+/// 12.4+), or `None` when it cannot tell.
+pub(super) fn param_sizes(func: sys::CUfunction) -> Option<Vec<usize>> {
+    let mut sizes = Vec::new();
+    for index in 0..4096usize {
+        let (mut offset, mut size) = (0usize, 0usize);
+        // SAFETY: `func` is a live function handle; `offset` and `size` are
+        // valid places for the results.
+        let r = raw_guard("querying kernel parameters", || unsafe {
+            sys::cuFuncGetParamInfo(func, index, &mut offset, &mut size).result()
+        })
+        .ok()?;
+        match r {
+            Ok(()) => sizes.push(size),
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_INVALID_VALUE && index > 0 => return Some(sizes),
+            // Index 0 invalid: no parameters at all, or a driver that cannot
+            // say; either way nothing to validate against.
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// One entry point of a [`Module`].
+///
+/// ```no_run
+/// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
+/// # let module = rpc_runtime::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
+/// let kernel = module.kernel("rpc_noop_kernel")?;
+/// assert_eq!(kernel.param_sizes(), Some(&[24, 4, 8][..]));
+/// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+/// ```
+pub struct Kernel<'m> {
+    pub(super) module: &'m Module,
+    pub(super) func: sys::CUfunction,
+    pub(super) name: String,
+    params: Option<Vec<usize>>,
+}
+
+// SAFETY: a `CUfunction` is a driver handle valid on any thread on which its
+// context is current (launches bind it first).
+unsafe impl Send for Kernel<'_> {}
+// SAFETY: as above; `&Kernel` is only read.
+unsafe impl Sync for Kernel<'_> {}
+
+impl fmt::Debug for Kernel<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kernel")
+            .field("name", &self.name)
+            .field("params", &self.params)
+            .finish()
+    }
+}
+
+/// A kernel's resources as the driver reports them after loading it
+/// (`cuFuncGetAttribute`); see [`Kernel::resources`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelResources {
+    /// Registers per thread.
+    pub registers: u32,
+    /// Local memory (stack and spills) per thread, in bytes.
+    pub local_bytes: u32,
+    /// The largest block it can launch with on this device.
+    pub max_threads_per_block: u32,
+}
+
+impl Kernel<'_> {
+    /// Its registers, local memory and largest block on this device.
+    ///
+    /// ```no_run
+    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
+    /// # let module = rpc_runtime::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
+    /// let r = module.kernel("rpc_noop_kernel")?.resources()?;
+    /// assert!(r.registers <= 64 && r.max_threads_per_block == 1024);
+    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// ```
+    pub fn resources(&self) -> Result<KernelResources, CudaError> {
+        use sys::CUfunction_attribute_enum as A;
+        self.module.device.bind()?;
+        let func = self.func;
+        let get = |attribute: A| -> Result<u32, CudaError> {
+            let what = format!("querying kernel `{}` ({attribute:?})", self.name);
+            // SAFETY: `func` is a live function of a loaded module (the
+            // kernel borrows it); the context is current.
+            raw_guard(&what, || unsafe {
+                result::function::get_function_attribute(func, attribute)
+            })?
+            .map(|v| v.max(0) as u32)
+            .map_err(|e| CudaError::driver(&what, e))
+        };
+        Ok(KernelResources {
+            registers: get(A::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+            local_bytes: get(A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
+            max_threads_per_block: get(A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+        })
+    }
+
+    /// [`CudaError::BlockTooLarge`] when `launch`'s blocks are larger than
+    /// this kernel allows.
+    pub(super) fn check_block(&self, launch: &Launch) -> Result<(), CudaError> {
+        let b = launch.block;
+        let threads = b.0 as u64 * b.1 as u64 * b.2 as u64;
+        let r = self.resources()?;
+        if threads > r.max_threads_per_block as u64 {
+            return Err(CudaError::BlockTooLarge {
+                kernel: self.name.clone(),
+                threads,
+                max_threads: r.max_threads_per_block,
+                registers: r.registers,
+            });
+        }
+        Ok(())
+    }
+
+    /// The kernel's name.
+    ///
+    /// ```no_run
+    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
+    /// # let module = rpc_runtime::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
+    /// assert_eq!(module.kernel("rpc_noop_kernel")?.name(), "rpc_noop_kernel");
+    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The module it belongs to.
+    ///
+    /// ```no_run
+    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
+    /// # let module = rpc_runtime::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
+    /// let k = module.kernel("rpc_noop_kernel")?;
+    /// assert!(k.module().entries().contains(&"rpc_noop_kernel".to_string()));
+    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// ```
+    pub fn module(&self) -> &Module {
+        self.module
+    }
+
+    /// The size in bytes of each parameter, as the driver reports them;
+    /// `None` when the driver cannot tell (then launches are not checked).
+    ///
+    /// ```no_run
+    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
+    /// # let module = rpc_runtime::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
+    /// if let Some(sizes) = module.kernel("rpc_noop_kernel")?.param_sizes() {
+    ///     assert_eq!(sizes[0], 24); // the ClientDesc
+    /// }
+    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// ```
+    pub fn param_sizes(&self) -> Option<&[usize]> {
+        self.params.as_deref()
+    }
+
+    /// Check the parameters against `ClientDesc` + `extra`.
+    pub(super) fn check_args(&self, extra: &[KernelArg]) -> Result<(), CudaError> {
+        let Some(sizes) = &self.params else {
+            return Ok(());
+        };
+        let bad = |message: String| {
+            Err(CudaError::KernelSignature {
+                kernel: self.name.clone(),
+                message,
+            })
+        };
+        let want = 1 + extra.len();
+        if sizes.len() != want {
+            return bad(format!(
+                "it has {} parameters (sizes {sizes:?}), the launch passes {want} (the ClientDesc and {} extra)",
+                sizes.len(),
+                extra.len()
+            ));
+        }
+        let desc = std::mem::size_of::<ClientDesc>();
+        if sizes[0] != desc {
+            return bad(format!(
+                "its first parameter is {} bytes; it must be the {desc}-byte ClientDesc passed by value (`.param .align 8 .b8 name[{desc}]` in PTX)",
+                sizes[0]
+            ));
+        }
+        for (i, (arg, &size)) in extra.iter().zip(&sizes[1..]).enumerate() {
+            if arg.size() != size {
+                return bad(format!(
+                    "parameter {} is {size} bytes, the launch passes {arg:?} ({} bytes)",
+                    i + 1,
+                    arg.size()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cuda::run::Launch;
+
+    #[test]
+    fn ptx_header_check() {
+        assert!(check_ptx("//\n// Generated by LLVM NVPTX Back-End\n//\n\n.version 7.8\n.target sm_90\n").is_ok());
+        assert!(check_ptx("/* c */ .version 8.0").is_ok());
+        assert!(check_ptx("  \n.version 8.0").is_ok());
+        for bad in [
+            "",
+            "// only a comment",
+            "hello world",
+            "\u{7f}ELF",
+            ".target sm_90\n.version 8.0",
+            ".version\0",
+        ] {
+            let e = check_ptx(bad).unwrap_err();
+            assert!(e.to_string().starts_with("gpu_rpc cuda: not PTX text"), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn entry_names() {
+        let ptx = ".version 7.8\n.visible .entry rpc_noop_kernel(\n.param .align 8 .b8 p[24]\n)\n{ ret; }\n.entry other ( ) { ret; }\n.func helper() { ret; }\n";
+        assert_eq!(ptx_entries(ptx), ["rpc_noop_kernel", "other"]);
+    }
+
+    #[test]
+    fn arg_bits_are_little_endian_low_bytes() {
+        assert_eq!(
+            KernelArg::U32(0xdead_beef).bits().to_le_bytes()[..4],
+            0xdead_beefu32.to_le_bytes()
+        );
+        assert_eq!(KernelArg::I32(-1).bits(), 0xffff_ffff);
+        assert_eq!(KernelArg::F32(1.5).bits() as u32, 1.5f32.to_bits());
+        assert_eq!(KernelArg::F64(2.5).bits(), 2.5f64.to_bits());
+    }
+
+    #[test]
+    fn error_messages() {
+        let e = CudaError::KernelNotFound {
+            kernel: "foo".into(),
+            entries: vec!["a".into(), "b".into()],
+        };
+        assert_eq!(
+            e.to_string(),
+            "gpu_rpc cuda: kernel `foo` not found in module (its entry points: a, b)"
+        );
+        let e = CudaError::Kernel {
+            kernel: "k".into(),
+            code: 719,
+            name: "CUDA_ERROR_LAUNCH_FAILED".into(),
+            message: "unspecified launch failure".into(),
+            context_lost: true,
+        };
+        assert!(e.is_context_lost());
+        assert!(e.to_string().contains("unusable"), "{e}");
+        let e = CudaError::InvalidPtx {
+            code: 218,
+            name: "CUDA_ERROR_INVALID_PTX".into(),
+            message: "bad".into(),
+            log: "line 3: syntax error".into(),
+        };
+        assert!(e.to_string().ends_with("JIT log:\nline 3: syntax error"), "{e}");
+    }
+
+    #[test]
+    fn default_ports_are_clamped_to_warps() {
+        let l = Launch {
+            grid: (2, 1, 1),
+            block: (64, 1, 1),
+            ..Launch::default()
+        };
+        assert_eq!(l.warps().min(l.port_count as u64), 4);
+        assert!(Launch {
+            grid: (0, 1, 1),
+            ..Launch::default()
+        }
+        .validate()
+        .is_err());
+    }
+}
