@@ -220,11 +220,14 @@ fn image_kind(bytes: &[u8]) -> Result<ImageKind, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(msg) = cli.std_config() {
-        eprintln!("gpu-run: {msg}");
-        return ExitCode::from(2);
-    }
-    match run(&cli) {
+    let config = match cli.std_config() {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("gpu-run: {msg}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&cli, config) {
         Ok(code) => ExitCode::from(code),
         Err(msg) => {
             eprintln!("gpu-run: {msg}");
@@ -233,12 +236,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: &Cli) -> Result<u8, String> {
+fn run(cli: &Cli, config: StdHostConfig) -> Result<u8, String> {
     let bytes = std::fs::read(&cli.image).map_err(|e| format!("cannot read `{}`: {e}", cli.image.display()))?;
     let kind = image_kind(&bytes).map_err(|e| format!("`{}` is {e}", cli.image.display()))?;
     match kind {
-        ImageKind::Ptx => run_cuda(cli, &String::from_utf8_lossy(&bytes)),
-        ImageKind::AmdgpuCodeObject => run_hsa(cli, bytes),
+        ImageKind::Ptx => run_cuda(cli, config, &String::from_utf8_lossy(&bytes)),
+        ImageKind::AmdgpuCodeObject => run_hsa(cli, config, bytes),
     }
 }
 
@@ -267,10 +270,14 @@ fn write_argv(argv: &[String], host: &mut [u8], base: u64) {
     }
 }
 
-/// The standard services, shared with the dispatcher so their state can be
-/// read after the launch.
-fn std_services(cli: &Cli, devices: usize) -> Result<(Arc<StdHost>, Vec<Arc<Dispatcher>>), String> {
-    let host = Arc::new(StdHost::new(cli.std_config()?));
+/// The standard services (configured by `config`), shared with one
+/// dispatcher per device so their state can be read after the launch.
+fn std_services(
+    cli: &Cli,
+    config: StdHostConfig,
+    devices: usize,
+) -> Result<(Arc<StdHost>, Vec<Arc<Dispatcher>>), String> {
+    let host = Arc::new(StdHost::new(config));
     let mut dispatchers = Vec::new();
     for _ in 0..devices.max(1) {
         let mut d = Dispatcher::new(ServerConfig {
@@ -308,7 +315,7 @@ fn exit_code<E: std::fmt::Display>(host: &StdHost, result: Result<(), E>) -> Res
     }
 }
 
-fn run_cuda(cli: &Cli, ptx: &str) -> Result<u8, String> {
+fn run_cuda(cli: &Cli, config: StdHostConfig, ptx: &str) -> Result<u8, String> {
     use gpu_rpc::cuda::{
         launch_many, CudaDevice, CudaRegion, Job, KernelArg, Launch, MappedBuffer, Module, PinnedBuffer,
     };
@@ -358,7 +365,7 @@ fn run_cuda(cli: &Cli, ptx: &str) -> Result<u8, String> {
     }
     // One standard-services host (exit codes, panics, files) for all devices,
     // one dispatcher (and error log) per device.
-    let (host, dispatchers) = std_services(cli, devices.len())?;
+    let (host, dispatchers) = std_services(cli, config, devices.len())?;
     let args: Vec<[KernelArg; 2]> = buffers
         .iter()
         .map(|b| [KernelArg::U32(argv.len() as u32), KernelArg::Ptr(b.device_ptr())])
@@ -384,7 +391,7 @@ fn run_cuda(cli: &Cli, ptx: &str) -> Result<u8, String> {
     exit_code(&host, failure.map_or(Ok(()), Err))
 }
 
-fn run_hsa(cli: &Cli, bytes: Vec<u8>) -> Result<u8, String> {
+fn run_hsa(cli: &Cli, config: StdHostConfig, bytes: Vec<u8>) -> Result<u8, String> {
     use gpu_rpc::hsa::{launch, CodeObject, HsaBuffer, HsaDevice, KernelArg, Launch, MappedBuffer, Module};
 
     let code = CodeObject::from_bytes(bytes).map_err(|e| e.to_string())?;
@@ -396,7 +403,7 @@ fn run_hsa(cli: &Cli, bytes: Vec<u8>) -> Result<u8, String> {
     let base = buf.device_ptr();
     // SAFETY: the buffer is ours and no kernel runs yet.
     write_argv(&argv, unsafe { buf.as_mut_slice() }, base);
-    let (host, dispatchers) = std_services(cli, 1)?;
+    let (host, dispatchers) = std_services(cli, config, 1)?;
     let dispatcher = &dispatchers[0];
     let mut cfg = Launch {
         grid: cli.blocks,

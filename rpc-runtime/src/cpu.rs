@@ -113,14 +113,7 @@ impl Region {
     pub fn busy_ports(&self) -> Vec<protocol::PortSnapshot> {
         // Relaxed: no run uses the region (the caller's contract).
         let words: Vec<u32> = self.client_locks.iter().map(|w| w.load(Ordering::Relaxed)).collect();
-        let server = self.server();
-        (0..self.layout.port_count())
-            .map(|i| protocol::PortSnapshot {
-                client: protocol::client_port_state(&words, i),
-                ..server.snapshot(i)
-            })
-            .filter(|s| !s.is_idle())
-            .collect()
+        self.server().busy_ports(&words).collect()
     }
 
     /// Raw access to the shared region, for fault-injection tests that play a
@@ -288,15 +281,14 @@ where
     let mut stale: Vec<Option<LanePanic>> = devices
         .iter()
         .map(|d| {
-            (!d.region.is_quiescent()).then(|| LanePanic {
-                thread: usize::MAX,
-                message: format!(
+            (!d.region.is_quiescent()).then(|| {
+                LanePanic::whole_run(format!(
                     "the region is not at rest ({}): an earlier run abandoned a call on it; use a fresh region",
                     d.region
                         .busy_ports()
                         .first()
                         .map_or("a port is held".to_string(), |p| p.to_string())
-                ),
+                ))
             })
         })
         .collect();
@@ -316,39 +308,32 @@ where
     let mut abandoned: Vec<Option<protocol::Abandoned>> = devices.iter().map(|_| None).collect();
     let mut served: Vec<u64> = devices.iter().map(|_| 0).collect();
     std::thread::scope(|s| {
-        let mut spawn_error = None;
-        let servers: Vec<_> = (0..server_threads)
-            .filter_map(|t| {
-                let done = &done;
-                let started = crate::spawn::scoped(s, format!("gpu_rpc server {t}"), move || {
-                    let servers: Vec<Server<'_>> = devices
-                        .iter()
-                        .zip(done)
-                        .map(|(d, f)| d.region.server().with_abort(f))
-                        .collect();
-                    let pool: Vec<Served<'_, '_>> = servers
-                        .iter()
-                        .zip(devices)
-                        .zip(done)
-                        .map(|((server, d), done)| Served {
-                            server,
-                            dispatcher: d.dispatcher,
-                            done,
-                        })
-                        .collect();
-                    serve_pool(&pool, t, server_threads, idle_spins)
-                });
-                // A missing server thread's ports are served by the others
-                // (each scans every port); with none, nothing can run.
-                started.map_err(|e| spawn_error = Some(e)).ok()
-            })
-            .collect();
-        if servers.is_empty() {
-            let e = spawn_error.map_or("none asked for".to_string(), |e| e.to_string());
+        let done = &done;
+        let started = crate::spawn::servers(s, server_threads, move |t| {
+            let servers: Vec<Server<'_>> = devices
+                .iter()
+                .zip(done)
+                .map(|(d, f)| d.region.server().with_abort(f))
+                .collect();
+            let pool: Vec<Served<'_, '_>> = servers
+                .iter()
+                .zip(devices)
+                .zip(done)
+                .map(|((server, d), done)| Served {
+                    server,
+                    dispatcher: d.dispatcher,
+                    done,
+                })
+                .collect();
+            serve_pool(&pool, t, server_threads, idle_spins)
+        });
+        // With no server thread nothing can run: no client starts.
+        let servers = started.unwrap_or_else(|e| {
             for slot in stale.iter_mut() {
                 slot.get_or_insert_with(|| LanePanic::whole_run(format!("no server thread could be started: {e}")));
             }
-        }
+            Vec::new()
+        });
         let clients: Vec<Vec<_>> = devices
             .iter()
             .enumerate()
@@ -422,10 +407,7 @@ where
                 return Err(p);
             }
             if let Some(a) = abandoned[dev] {
-                return Err(LanePanic {
-                    thread: usize::MAX,
-                    message: a.to_string(),
-                });
+                return Err(LanePanic::whole_run(a.to_string()));
             }
             Ok(Report {
                 calls: served[dev],

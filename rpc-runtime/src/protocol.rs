@@ -1112,6 +1112,28 @@ impl<'a> Server<'a> {
         }
     }
 
+    /// Every port that is not at rest ([`PortSnapshot::is_idle`]), each with
+    /// its client-local state taken from `client_words`, a copy of the client
+    /// side's words (each backend reads them from wherever they live).
+    ///
+    /// ```
+    /// use rpc_runtime::cpu::Region;
+    /// use rpc_runtime::protocol::Layout;
+    /// let region = Region::new(Layout::new(8, 1).unwrap());
+    /// // Port 1 locked by a client, in a copy of the client's words.
+    /// let busy: Vec<_> = region.server().busy_ports(&[0x10]).collect();
+    /// assert_eq!(busy.len(), 1);
+    /// assert_eq!((busy[0].index, busy[0].client), (1, Some((true, false, false))));
+    /// ```
+    pub fn busy_ports<'s>(&'s self, client_words: &'s [u32]) -> impl Iterator<Item = PortSnapshot> + 's {
+        (0..self.p.layout.port_count)
+            .map(move |i| PortSnapshot {
+                client: client_port_state(client_words, i),
+                ..self.snapshot(i)
+            })
+            .filter(|s| !s.is_idle())
+    }
+
     /// Test support: whether every port is back in its idle state (client owns
     /// it, no lock bit set on this side).
     pub fn all_idle(&self) -> bool {

@@ -170,15 +170,34 @@ pub const fn assert_disjoint_opcodes(lists: &[&[u32]]) {
 /// threads (it is `Sync`).
 pub struct Dispatcher {
     services: Vec<Arc<dyn Service>>,
-    table: HashMap<u32, (usize, usize)>,
+    /// Every served opcode (the runtime's no-op included): one lookup per
+    /// call finds the method and its metrics.
+    table: HashMap<u32, Route>,
     config: ServerConfig,
     errors: Mutex<VecDeque<ServerError>>,
     error_count: AtomicU64,
     calls: AtomicU64,
-    /// Per-method metrics, by opcode (the no-op's included).
-    counters: HashMap<u32, (&'static str, Counters)>,
-    /// Calls to opcodes nobody serves.
+    /// Metrics of calls to opcodes nobody serves.
     unknown: Counters,
+}
+
+/// Where the calls of one opcode go, and what they have cost so far.
+struct Route {
+    /// The service and method index (`None` for the runtime's no-op).
+    method: Option<(usize, usize)>,
+    /// `Service::method`, as errors, metrics and spans name it.
+    path: &'static str,
+    counters: Counters,
+}
+
+impl Route {
+    fn new(method: Option<(usize, usize)>, path: &'static str) -> Route {
+        Route {
+            method,
+            path,
+            counters: Counters::default(),
+        }
+    }
 }
 
 impl fmt::Debug for Dispatcher {
@@ -195,12 +214,11 @@ impl Dispatcher {
     pub fn new(config: ServerConfig) -> Self {
         Dispatcher {
             services: Vec::new(),
-            table: HashMap::new(),
+            table: HashMap::from([(opcodes::NOOP, Route::new(None, "gpu_rpc::noop"))]),
             config,
             errors: Mutex::new(VecDeque::new()),
             error_count: AtomicU64::new(0),
             calls: AtomicU64::new(0),
-            counters: HashMap::from([(opcodes::NOOP, ("gpu_rpc::noop", Counters::default()))]),
             unknown: Counters::default(),
         }
     }
@@ -210,12 +228,12 @@ impl Dispatcher {
     /// opcodes (if any). See [`MethodMetrics`].
     pub fn metrics(&self) -> Vec<MethodMetrics> {
         let mut out = Vec::new();
-        let (path, noop) = &self.counters[&opcodes::NOOP];
-        out.push(noop.snapshot(path, opcodes::NOOP));
+        let noop = &self.table[&opcodes::NOOP];
+        out.push(noop.counters.snapshot(noop.path, opcodes::NOOP));
         for service in &self.services {
             for info in service.methods() {
-                if let Some((path, c)) = self.counters.get(&info.desc.opcode) {
-                    out.push(c.snapshot(path, info.desc.opcode));
+                if let Some(r) = self.table.get(&info.desc.opcode) {
+                    out.push(r.counters.snapshot(r.path, info.desc.opcode));
                 }
             }
         }
@@ -245,10 +263,9 @@ impl Dispatcher {
                 });
             }
             let first = match (self.table.get(&opcode), added.get(&opcode)) {
-                (Some(&(s, mm)), _) => Some(self.services[s].methods()[mm].path),
+                (Some(r), _) => Some(r.path),
                 (None, Some(&mm)) => Some(service.methods()[mm].path),
-                _ if opcode == opcodes::NOOP => Some("gpu_rpc::noop"),
-                _ => None,
+                (None, None) => None,
             };
             if let Some(first) = first {
                 return Err(OpcodeCollision {
@@ -260,11 +277,10 @@ impl Dispatcher {
             }
             added.insert(opcode, m);
         }
-        for (&op, &m) in &added {
-            self.counters
-                .insert(op, (service.methods()[m].path, Counters::default()));
-        }
-        self.table.extend(added.into_iter().map(|(op, m)| (op, (idx, m))));
+        let routes = added
+            .into_iter()
+            .map(|(op, m)| (op, Route::new(Some((idx, m)), service.methods()[m].path)));
+        self.table.extend(routes);
         self.services.push(service);
         Ok(self)
     }
@@ -367,15 +383,15 @@ impl Dispatcher {
         let index = port.index();
         let opcode = port.opcode();
         let lanes = port.lanes();
-        let method = self
-            .table
-            .get(&opcode)
-            .map(|&(s, m)| (s, m, &self.services[s].methods()[m]));
+        let route = self.table.get(&opcode);
+        let method = route
+            .and_then(|r| r.method)
+            .map(|(s, m)| (s, m, &self.services[s].methods()[m]));
         let started = self.config.metrics.then(Instant::now);
         #[cfg(feature = "tracing")]
         let _span = tracing::debug_span!(
             "gpu_rpc_call",
-            method = self.counters.get(&opcode).map_or("(unknown)", |(path, _)| *path),
+            method = route.map_or("(unknown)", |r| r.path),
             opcode,
             port = index,
             lanes
@@ -384,7 +400,7 @@ impl Dispatcher {
         let mut record = CallRecord::default();
         let r = self.serve_decoded(port, method, &mut record);
         if let (Ok(()), Some(started)) = (&r, started) {
-            let counters = self.counters.get(&opcode).map_or(&self.unknown, |(_, c)| c);
+            let counters = route.map_or(&self.unknown, |r| &r.counters);
             counters.add(&record, started.elapsed());
         }
         if let Err(a) = r {

@@ -19,6 +19,29 @@ pub(crate) fn scoped<'s, 'e, T: Send + 's>(
     Builder::new().name(name).spawn_scoped(scope, f)
 }
 
+/// Start server threads `0..n`, thread `t` running `serve(t)`. A thread the
+/// OS refuses is left out (every server thread scans every port, so the
+/// others serve its share); it is an error only when none starts, and then
+/// says why.
+pub(crate) fn servers<'s, 'e, T: Send + 's>(
+    scope: &'s Scope<'s, 'e>,
+    n: u32,
+    serve: impl Fn(u32) -> T + Send + Copy + 's,
+) -> io::Result<Vec<ScopedJoinHandle<'s, T>>> {
+    let mut refused = None;
+    let started: Vec<_> = (0..n)
+        .filter_map(|t| {
+            scoped(scope, format!("gpu_rpc server {t}"), move || serve(t))
+                .map_err(|e| refused = Some(e))
+                .ok()
+        })
+        .collect();
+    match refused {
+        Some(e) if started.is_empty() => Err(e),
+        _ => Ok(started),
+    }
+}
+
 /// Test support: make the next spawns made by this thread fail.
 #[cfg(test)]
 pub(crate) mod failures {

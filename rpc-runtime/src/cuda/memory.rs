@@ -477,14 +477,7 @@ impl CudaRegion {
     /// ```
     pub fn busy_ports(&self) -> Result<Vec<crate::protocol::PortSnapshot>, CudaError> {
         let words = self.client_locks.read()?;
-        let server = self.server();
-        Ok((0..self.layout.port_count())
-            .map(|i| crate::protocol::PortSnapshot {
-                client: crate::protocol::client_port_state(&words, i),
-                ..server.snapshot(i)
-            })
-            .filter(|s| !s.is_idle())
-            .collect())
+        Ok(self.server().busy_ports(&words).collect())
     }
 
     /// Host address of the shared region (for raw baselines and

@@ -438,35 +438,28 @@ pub fn launch_many(jobs: &[Job<'_, '_>]) -> Vec<Result<Report, CudaError>> {
     let (ran, abandoned, served) =
         std::thread::scope(|s| {
             let done = &done;
-            let mut refused_thread = None;
-            let servers: Vec<_> = (0..threads)
-                .filter_map(|t| {
-                    // A missing server thread's ports are served by the others.
-                    crate::spawn::scoped(s, format!("gpu_rpc server {t}"), move || {
-                        let servers: Vec<Server<'_>> = jobs
-                            .iter()
-                            .zip(done)
-                            .map(|(j, f)| j.region.server().with_abort(f))
-                            .collect();
-                        let pool: Vec<Served<'_, '_>> = servers
-                            .iter()
-                            .zip(jobs)
-                            .zip(done)
-                            .map(|((server, j), done)| Served {
-                                server,
-                                dispatcher: j.dispatcher,
-                                done,
-                            })
-                            .collect();
-                        serve_pool(&pool, t, threads, SERVER_IDLE_SPINS)
+            let started = crate::spawn::servers(s, threads, move |t| {
+                let servers: Vec<Server<'_>> = jobs
+                    .iter()
+                    .zip(done)
+                    .map(|(j, f)| j.region.server().with_abort(f))
+                    .collect();
+                let pool: Vec<Served<'_, '_>> = servers
+                    .iter()
+                    .zip(jobs)
+                    .zip(done)
+                    .map(|((server, j), done)| Served {
+                        server,
+                        dispatcher: j.dispatcher,
+                        done,
                     })
-                    .map_err(|e| refused_thread = Some(e))
-                    .ok()
-                })
-                .collect();
-            let no_servers = servers
-                .is_empty()
-                .then(|| refused_thread.map_or("none asked for".to_string(), |e| e.to_string()));
+                    .collect();
+                serve_pool(&pool, t, threads, SERVER_IDLE_SPINS)
+            });
+            let (servers, no_servers) = match started {
+                Ok(servers) => (servers, None),
+                Err(e) => (Vec::new(), Some(e)),
+            };
             // One thread per kernel launches it on its own stream and waits for it.
             let watchers: Vec<_> =
                 jobs.iter()

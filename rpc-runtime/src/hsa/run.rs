@@ -385,22 +385,15 @@ pub fn launch_with_region(
 
     let (ran, abandoned, calls) = std::thread::scope(|s| {
         let stop = StopOnDrop(&done);
-        let mut refused = None;
-        let servers: Vec<_> = (0..threads)
-            .filter_map(|t| {
-                let done = &done;
-                // A missing server thread's ports are served by the others.
-                crate::spawn::scoped(s, format!("gpu_rpc server {t}"), move || {
-                    serve(region, dispatcher, done, t, threads)
-                })
-                .map_err(|e| refused = Some(e))
-                .ok()
-            })
-            .collect();
-        let ran = match (servers.is_empty(), refused) {
-            (true, Some(e)) => Err(HsaError::config(format!("no server thread could be started: {e}"))),
-            _ => run_kernel(kernel, launch, desc_ptr, extra),
-        };
+        let done = &done;
+        let (servers, ran) =
+            match crate::spawn::servers(s, threads, move |t| serve(region, dispatcher, done, t, threads)) {
+                Ok(servers) => (servers, run_kernel(kernel, launch, desc_ptr, extra)),
+                Err(e) => (
+                    Vec::new(),
+                    Err(HsaError::config(format!("no server thread could be started: {e}"))),
+                ),
+            };
         drop(stop);
         let mut abandoned = None;
         let mut calls = 0;
