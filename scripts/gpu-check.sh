@@ -30,6 +30,9 @@ expect 0 "$dir/gpu_conform"
 step "hello_gpu (expects exit code 3)"
 expect 3 "$dir/hello_gpu" --blocks 2 --threads 64
 
+step "cudarc_interop: kernels launched with cudarc on two streams, served by one gpu_rpc::cuda::Serve"
+expect 0 "$dir/cudarc_interop"
+
 if [ -x "$dir/gpu-run" ]; then
   step "gpu-run on gpu_main (prints, exits with 3)"
   expect 3 "$dir/gpu-run" --threads 32 --blocks 2 "$dir/kernels.ptx" first "second arg"
@@ -43,8 +46,11 @@ if [ -x "$dir/gpu-run" ]; then
   expect 1 "$dir/gpu-run" "$dir/missing.ptx"
   expect 1 "$dir/gpu-run" --kernel no_such_kernel "$dir/kernels.ptx"
   expect 2 "$dir/gpu-run" --threads 0 "$dir/kernels.ptx"
-  step "gpu-run on a kernel that panics on purpose: reported with its location, exit code 101"
-  expect 101 "$dir/gpu-run" --threads 4 --blocks 2 --kernel panic_demo_kernel "$dir/kernels.ptx"
+  step "gpu-run on a kernel that panics on purpose: each of the 8 lanes reported once, with its location, exit code 101"
+  panics() { "$@" 2> /tmp/gpu-run-panic.txt; local rc=$?; cat /tmp/gpu-run-panic.txt; return $rc; }
+  expect 101 panics "$dir/gpu-run" --threads 4 --blocks 2 --kernel panic_demo_kernel "$dir/kernels.ptx"
+  n=$(grep -c "kernel panicked at src/services_demo.rs:" /tmp/gpu-run-panic.txt)
+  if [ "$n" -ne 8 ]; then echo "FAIL: $n panic reports, expected 8 (one per lane)"; fail=1; else echo "ok: 8 panic reports"; fi
   step "gpu-run reading a host file from the kernel (first line of the PTX itself), then a missing one"
   expect 0 "$dir/gpu-run" --kernel file_demo_kernel "$dir/kernels.ptx" "$dir/kernels.ptx"
   expect 0 "$dir/gpu-run" --kernel file_demo_kernel "$dir/kernels.ptx" /nonexistent/file

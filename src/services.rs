@@ -311,7 +311,7 @@ pub mod flags {
 /// Served by [`StdHost`] (`Dispatcher::add(StdServer(host))`); called by the
 /// functions and macros of this module, or directly through [`StdClient`].
 /// Every method has an explicit opcode in [`OPCODE_BLOCK`].
-#[gpu_rpc]
+#[gpu_rpc(__standard_services)]
 pub trait Std {
     /// Write `bytes` to the host's stdout ([`Fd::STDOUT`]) or stderr
     /// ([`Fd::STDERR`]) sink, all of them, in one piece (lines written by one
@@ -413,9 +413,11 @@ static LANE_SIZE: AtomicU32 = AtomicU32::new(0);
 /// stored) and safe to call concurrently. One descriptor per program: a later
 /// `init` with another descriptor replaces it for every thread.
 ///
-/// ```ignore
-/// #[no_mangle]
-/// pub unsafe extern "ptx-kernel" fn my_kernel(desc: ClientDesc) {
+/// ```no_run
+/// use gpu_rpc::protocol::ClientDesc;
+///
+/// // In a kernel crate: `#[no_mangle] pub unsafe extern "ptx-kernel" fn my_kernel(..)`.
+/// pub unsafe fn my_kernel(desc: ClientDesc) {
 ///     // SAFETY: the descriptor the host passed to this kernel.
 ///     unsafe { gpu_rpc::services::init(&desc) };
 ///     gpu_rpc::gpu_println!("hello");
@@ -1146,11 +1148,12 @@ fn panic_location<'i>(info: &'i core::panic::PanicInfo<'_>) -> (&'i str, u32, u3
 /// Invoke it once, at the root of a `no_std` kernel crate, instead of writing
 /// a `#[panic_handler]`:
 ///
-/// ```ignore
-/// #![no_std]
-/// #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, stdarch_nvptx))]
-///
+/// ```
+/// // src/lib.rs of the kernel crate, under `#![no_std]` and
+/// // `#![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, stdarch_nvptx))]`
+/// // (on any other target the handler is not defined):
 /// gpu_rpc::gpu_panic_handler!();
+/// # fn main() {}
 /// ```
 ///
 /// # Two forms: the footprint of formatting

@@ -100,7 +100,7 @@ fn big(seed: u64) -> Big {
     Big {
         id: seed,
         vals: core::array::from_fn(|i| (seed as u32).wrapping_mul(31).wrapping_add(i as u32)),
-        flag: seed % 2 == 0,
+        flag: seed.is_multiple_of(2),
         c: ['a', 'é', '世', '🦀'][(seed % 4) as usize],
     }
 }
@@ -598,6 +598,46 @@ fn unknown_opcode_is_answered() {
     assert!(text.contains("port"), "{text}");
 }
 
+/// A failed call through the panicking stub panics at the caller's line,
+/// not inside gpu_rpc (the stubs and `fail` are `#[track_caller]`).
+#[test]
+fn failed_call_panics_at_the_callers_line() {
+    static SEEN: Mutex<Vec<(String, u32)>> = Mutex::new(Vec::new());
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info.payload().downcast_ref::<String>().cloned().unwrap_or_default();
+        match info.location() {
+            Some(at) if msg.contains("Unregistered::missing") => {
+                SEEN.lock().unwrap().push((at.file().to_string(), at.line()))
+            }
+            _ => default(info),
+        }
+    }));
+    let (d, _host) = kinds_dispatcher();
+    let call_line = std::sync::atomic::AtomicU32::new(0);
+    let err = run(
+        &Launch {
+            threads: 1,
+            server_threads: 1,
+            port_count: 1,
+            lane_size: 1,
+        },
+        &d,
+        |client, _| {
+            call_line.store(line!() + 1, Ordering::Relaxed);
+            UnregisteredClient::new(client).missing(7);
+        },
+    )
+    .unwrap_err();
+    assert!(err.message.contains("unknown opcode"), "{}", err.message);
+    let seen = SEEN.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        vec![(file!().to_string(), call_line.load(Ordering::Relaxed))],
+        "the panic must name the caller's file and line"
+    );
+}
+
 // Only the client side of v1 is used: a "kernel" built from an old
 // definition.
 #[allow(dead_code)]
@@ -622,6 +662,28 @@ mod v2 {
             x as u32
         }
     }
+}
+
+/// Two traits of one name in different modules have the same hashed
+/// opcodes: serving both is refused, and the error tells them apart.
+#[test]
+fn same_named_traits_are_told_apart() {
+    struct Old;
+    impl v1::Versioned for Old {
+        fn get(&self, x: u32) -> u32 {
+            x
+        }
+    }
+    let mut d = quiet();
+    d.add(v2::VersionedServer(v2::Host)).unwrap();
+    let e = d.add(v1::VersionedServer(Old)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "gpu_rpc: opcode {:#010x} is claimed by both services::v2::Versioned::get and services::v1::Versioned::get",
+            v1::VersionedRpc::GET.opcode
+        )
+    );
 }
 
 /// A kernel and a host built from different definitions of a method share
@@ -683,7 +745,7 @@ impl Third for Impl {
 }
 
 // Disjoint services, checked at compile time.
-const _: () = gpu_rpc::server::assert_disjoint_opcodes(&[FirstRpc::OPCODES, ThirdRpc::OPCODES, KindsRpc::OPCODES]);
+const _: () = gpu_rpc::assert_disjoint_opcodes(&[FirstRpc::OPCODES, ThirdRpc::OPCODES, KindsRpc::OPCODES]);
 
 /// `Dispatcher::add` refuses a service whose opcode is taken.
 #[test]
@@ -695,8 +757,8 @@ fn colliding_opcodes_are_refused() {
         other => panic!("{other}"),
     };
     assert_eq!(e.opcode, 0x2_0001);
-    assert_eq!(e.first, "First::two");
-    assert_eq!(e.second, "Second::clash");
+    assert_eq!(e.first, "services::First::two");
+    assert_eq!(e.second, "services::Second::clash");
     d.add(ThirdServer(Impl)).unwrap();
     run(
         &Launch {
@@ -890,20 +952,24 @@ fn invalid_hand_made_descriptions_are_refused_by_add() {
         MethodInfo {
             desc: &GOOD,
             path: "Hand::good",
+            module: "tests",
         },
         MethodInfo {
             desc: &BAD,
             path: "Hand::bad",
+            module: "tests",
         },
     ];
     static TWINS: [MethodInfo; 2] = [
         MethodInfo {
             desc: &GOOD,
             path: "Hand::a",
+            module: "tests",
         },
         MethodInfo {
             desc: &GOOD,
             path: "Hand::b",
+            module: "tests",
         },
     ];
     let mut d = quiet();
@@ -920,7 +986,11 @@ fn invalid_hand_made_descriptions_are_refused_by_add() {
         "gpu_rpc: out-buffer elements must be 1..=64 bytes (method Hand::bad)"
     );
     let e = d.add(Hand(&TWINS)).unwrap_err();
-    assert!(e.to_string().contains("claimed by both Hand::a and Hand::b"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("claimed by both tests::Hand::a and tests::Hand::b"),
+        "{e}"
+    );
     // Neither attempt left `Hand::good`'s opcode behind.
     d.add(Hand(&BAD_METHODS[..1])).unwrap();
 }

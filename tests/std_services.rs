@@ -7,8 +7,9 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use gpu_rpc::assert_disjoint_opcodes;
 use gpu_rpc::cpu::{run, Launch, Report};
-use gpu_rpc::server::{assert_disjoint_opcodes, Dispatcher, ServerConfig};
+use gpu_rpc::server::{Dispatcher, ServerConfig};
 use gpu_rpc::services::{
     self, flags, Capture, DevicePanic, ExitMode, Fd, FileAccess, FmtBuf, IoError, PanicReportError, StdClient, StdHost,
     StdHostConfig, StdRpc, StdServer, LINE_MAX, OPCODE_BLOCK, PANIC_MESSAGE_MAX, TRUNCATION_MARKER,

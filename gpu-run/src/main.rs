@@ -300,9 +300,10 @@ fn std_services(
 fn exit_code<E: std::fmt::Display>(host: &StdHost, result: Result<(), E>) -> Result<u8, String> {
     let _ = host.flush();
     print_stats();
+    // Each panic was printed when it arrived; say how many there were.
     let panics = host.panics();
-    for p in &panics {
-        eprintln!("gpu-run: {p}");
+    if !panics.is_empty() {
+        eprintln!("gpu-run: {} device panic(s) (printed above)", panics.len());
     }
     match result {
         Ok(()) if !panics.is_empty() => Ok(101),

@@ -1,6 +1,8 @@
 //! gpu-run's command line and error paths, on a machine without a GPU (on a
 //! GPU machine `scripts/gpu-check.sh` runs real kernels through it).
 
+use std::io::Write;
+
 use std::process::Command;
 
 fn gpu_run(args: &[&str]) -> (i32, String) {
@@ -55,7 +57,11 @@ fn bad_numbers_are_usage_errors() {
 #[test]
 fn no_driver_is_a_clear_error() {
     if std::path::Path::new("/dev/nvidiactl").exists() {
-        eprintln!("skipping: this machine has an NVIDIA driver (the GPU check script covers it)");
+        // Straight to stderr: libtest hides `eprintln!` of passing tests.
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: no_driver_is_a_clear_error: this machine has an NVIDIA driver (scripts/gpu-check.sh covers it)"
+        );
         return;
     }
     let p = temp_file("k.ptx", b"//\n.version 8.0\n.target sm_90\n.address_size 64\n");

@@ -76,6 +76,7 @@
 
 mod error;
 pub mod footprint;
+mod messages;
 #[allow(dead_code)] // Also the `rpc-device-link` binary; not every item is used here.
 mod shim;
 mod toolchain;
@@ -275,9 +276,25 @@ pub struct Artifact {
     toolchain: Toolchain,
     linker: Linker,
     sources: Vec<PathBuf>,
+    warnings: Vec<String>,
 }
 
 impl Artifact {
+    /// rustc's warnings about the device crate, rendered, with absolute file
+    /// names ([`build_to_out_dir`](DeviceBuild::build_to_out_dir) prints them
+    /// as `cargo:warning`s).
+    ///
+    /// ```no_run
+    /// # let artifact = rpc_build::DeviceBuild::new("kernels").build()?;
+    /// for w in artifact.warnings() {
+    ///     eprintln!("{w}");
+    /// }
+    /// # Ok::<(), rpc_build::BuildError>(())
+    /// ```
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
     /// The PTX file (nvptx64) or code object (`.hsaco`, amdgcn) in the device target
     /// directory.
     ///
@@ -649,7 +666,7 @@ impl DeviceBuild {
         cmd.current_dir(&crate_dir)
             .env("RUSTC", &toolchain.rustc)
             .env("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"))
-            .args(["build", "--release", "--message-format=json-render-diagnostics"])
+            .args(["build", "--release", "--message-format=json"])
             .arg("--manifest-path")
             .arg(crate_dir.join("Cargo.toml"))
             .args(["--target", self.target.triple()])
@@ -675,11 +692,13 @@ impl DeviceBuild {
         if !self.features.is_empty() {
             cmd.arg("--features").arg(self.features.join(","));
         }
-        let output = run_captured(&mut cmd)?;
+        let messages = run_cargo(&mut cmd, &crate_dir)?;
 
         let rustc_ext = self.target.rustc_extension();
-        let built = artifact_files(&output)
-            .into_iter()
+        let built = messages
+            .artifacts
+            .iter()
+            .cloned()
             .rfind(|f| f.extension().is_some_and(|e| e == rustc_ext))
             .ok_or_else(|| BuildError::NoArtifact {
                 crate_dir: crate_dir.clone(),
@@ -722,6 +741,7 @@ impl DeviceBuild {
             toolchain,
             linker,
             sources,
+            warnings: messages.warnings,
         })
     }
 
@@ -766,6 +786,9 @@ impl DeviceBuild {
         match result {
             Ok(artifact) => {
                 copy_atomically(artifact.path(), &dest)?;
+                for line in artifact.warnings().iter().flat_map(|w| w.lines()) {
+                    println!("cargo:warning={line}");
+                }
                 for source in artifact.sources() {
                     println!("cargo:rerun-if-changed={}", source.display());
                 }
@@ -894,6 +917,30 @@ fn run_captured(cmd: &mut Command) -> Result<String, BuildError> {
     })
 }
 
+/// Run the device build's cargo with `--message-format=json`: its messages,
+/// or, when it fails, rustc's rendered errors and the end of cargo's stderr.
+fn run_cargo(cmd: &mut Command, workspace_dir: &Path) -> Result<messages::CargoMessages, BuildError> {
+    let out = cmd
+        .output()
+        .map_err(|e| BuildError::io(format!("cannot run {}", cmd.get_program().to_string_lossy()), e))?;
+    let parsed = messages::parse(&String::from_utf8_lossy(&out.stdout), workspace_dir);
+    if out.status.success() {
+        return Ok(parsed);
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    let mut report = parsed.errors.join("\n\n");
+    if !report.is_empty() {
+        report.push_str("\n\n");
+    }
+    report.push_str(&lines[lines.len().saturating_sub(50)..].join("\n"));
+    Err(BuildError::CommandFailed {
+        command: show(cmd),
+        status: out.status.to_string(),
+        stderr: report,
+    })
+}
+
 /// The shim's source; compiled on demand (see the crate docs).
 const SHIM_SOURCE: &str = include_str!("shim.rs");
 const SHIM_MAIN: &str = "#[allow(dead_code)]\nmod shim;\nfn main() -> std::process::ExitCode {\n    shim::main()\n}\n";
@@ -950,51 +997,6 @@ fn ensure_shim(tc: &Toolchain, target_dir: &Path) -> Result<PathBuf, BuildError>
         .and_then(|_| fs::rename(&tmp, &exe).map_err(|e| BuildError::io(format!("cannot move {}", tmp.display()), e)));
     let _ = fs::remove_dir_all(&src);
     result.map(|()| exe)
-}
-
-/// Parses one JSON string literal starting at `s[0] == '"'`; returns it and the rest.
-fn json_string(s: &str) -> Option<(String, &str)> {
-    let mut out = String::new();
-    let mut chars = s.strip_prefix('"')?.char_indices();
-    while let Some((i, c)) = chars.next() {
-        match c {
-            '"' => return Some((out, &s[i + 2..])),
-            '\\' => match chars.next()?.1 {
-                'n' => out.push('\n'),
-                't' => out.push('\t'),
-                'r' => out.push('\r'),
-                'b' => out.push('\u{8}'),
-                'f' => out.push('\u{c}'),
-                'u' => {
-                    let hex: String = (0..4).filter_map(|_| chars.next().map(|(_, c)| c)).collect();
-                    let code = u32::from_str_radix(&hex, 16).ok()?;
-                    out.push(char::from_u32(code).unwrap_or('\u{fffd}'));
-                }
-                other => out.push(other),
-            },
-            c => out.push(c),
-        }
-    }
-    None
-}
-
-/// The `filenames` of every `compiler-artifact` message in cargo's JSON output.
-fn artifact_files(json_lines: &str) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for line in json_lines.lines() {
-        if !line.contains("\"reason\":\"compiler-artifact\"") {
-            continue;
-        }
-        let Some(start) = line.find("\"filenames\":[") else {
-            continue;
-        };
-        let mut rest = &line[start + "\"filenames\":[".len()..];
-        while let Some((name, after)) = json_string(rest.trim_start()) {
-            files.push(PathBuf::from(name));
-            rest = after.trim_start().strip_prefix(',').unwrap_or(after);
-        }
-    }
-    files
 }
 
 /// The prerequisites in a Makefile-style dep-info file (as rustc writes them).
@@ -1129,7 +1131,7 @@ mod tests {
             "\n",
             r#"{"reason":"compiler-artifact","filenames":["/t/nvptx64-nvidia-cuda/release/k.ptx", "/a\"b\\c\u0041.ptx"],"executable":null}"#,
         );
-        let files = artifact_files(json);
+        let files = messages::parse(json, Path::new("/nonexistent")).artifacts;
         assert_eq!(
             files,
             [

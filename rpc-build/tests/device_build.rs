@@ -79,6 +79,40 @@ fn nvptx_sm90_has_system_scope_acquire_release() {
         .sources()
         .iter()
         .any(|p| p.ends_with("atomics-kernel/src/lib.rs")));
+    // rustc's warning about rpc-build's own `+ptx80` flag is not passed on.
+    assert_eq!(artifact.warnings(), [] as [String; 0]);
+}
+
+/// The device crate's warnings survive a successful build, and its errors
+/// name files by absolute path (the user's `cargo build` runs elsewhere).
+#[test]
+fn device_diagnostics_reach_the_user_with_absolute_paths() {
+    let target = Target::Nvptx { sm: 90 };
+    let toolchain = match Toolchain::detect(&target) {
+        Ok(tc) => tc,
+        Err(e @ BuildError::ToolchainNotFound { .. }) => {
+            eprintln!("SKIPPED: {target}: no device toolchain:\n{e}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let lib = fixture().canonicalize().unwrap().join("src/lib.rs");
+    let with = |feature: &str| {
+        DeviceBuild::new(fixture())
+            .target(target)
+            .toolchain(toolchain.clone())
+            .feature(feature)
+            .build()
+    };
+    let warned = with("warn").unwrap_or_else(|e| panic!("{e}"));
+    let [warning] = warned.warnings() else {
+        panic!("expected one warning: {:?}", warned.warnings());
+    };
+    assert!(warning.contains("unused variable: `unused_on_purpose`"), "{warning}");
+    assert!(warning.contains(&format!("--> {}:", lib.display())), "{warning}");
+    let err = with("broken").unwrap_err().to_string();
+    assert!(err.contains("cannot find value `undefined_on_purpose`"), "{err}");
+    assert!(err.contains(&format!("--> {}:", lib.display())), "{err}");
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Pass 2: checks of the service as a whole, and opcode assignment.
 //!
 //! * Opcodes: hashed `fnv1a("[namespace::]Trait::method") | 0x8000_0000`, or
-//!   explicit in `0x1_0000..0x8000_0000`; no two methods may share one.
+//!   explicit in `0x1_0100..0x8000_0000` (`0x1_0000..0x1_0100` is the
+//!   standard services'); no two methods may share one.
 //! * Limits the macro can see syntactically: at most 7 streamed inputs and 7
 //!   out-buffers. (Byte sizes depend on `Wire::SIZE` and are checked by the
 //!   generated `const` assertions.)
@@ -14,6 +15,9 @@ use crate::parse::{ArgKind, Errors, Service};
 
 /// First opcode available to user services (`rpc_runtime::protocol::opcodes::FIRST_USER`).
 pub const FIRST_USER: u32 = 0x0001_0000;
+/// The block of explicit opcodes reserved for the standard services
+/// (`gpu_rpc::services::OPCODE_BLOCK`).
+pub const STANDARD_BLOCK: std::ops::Range<u32> = 0x1_0000..0x1_0100;
 /// First opcode of the hashed range (`rpc_runtime::protocol::opcodes::FIRST_HASHED`).
 pub const FIRST_HASHED: u32 = 0x8000_0000;
 /// Most streamed inputs / out-buffers per method (`rpc_runtime::call::MAX_IN_STREAMS`).
@@ -35,6 +39,7 @@ pub fn check(svc: &mut Service) -> syn::Result<()> {
     let mut errors = Errors::default();
     let service = svc.ident().to_string();
     let namespace = svc.namespace.as_ref().map(|n| n.value());
+    let standard_services = svc.standard_services;
 
     // Opcodes.
     let mut seen: HashMap<u32, String> = HashMap::new();
@@ -46,6 +51,13 @@ pub fn check(svc: &mut Service) -> syn::Result<()> {
                         lit,
                         format!(
                             "gpu_rpc: explicit opcode {v:#x} is out of range: explicit opcodes lie in 0x1_0000..0x8000_0000 (lower ones are reserved for the runtime, higher ones for hashed opcodes)"
+                        ),
+                    );
+                } else if STANDARD_BLOCK.contains(v) && !standard_services {
+                    errors.at(
+                        lit,
+                        format!(
+                            "gpu_rpc: explicit opcode {v:#x} is in 0x1_0000..0x1_0100, the block reserved for gpu_rpc's standard services (`gpu_rpc::services::Std`); use 0x1_0100..0x8000_0000"
                         ),
                     );
                 }

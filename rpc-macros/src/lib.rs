@@ -97,10 +97,11 @@ mod print;
 /// builds, crates and targets). `#[gpu_rpc(namespace = "x")]` on the trait
 /// hashes `"x::Trait::method"` instead, for same-named traits in different
 /// crates served together. `#[gpu_rpc(opcode = N)]` on a method sets an
-/// explicit opcode in `0x1_0000..0x8000_0000` (lower ones are the runtime's).
+/// explicit opcode in `0x1_0100..0x8000_0000` (lower ones are the runtime's
+/// and the standard services').
 /// Two methods of one trait with the same opcode are a compile error; for
 /// different traits, `Dispatcher::add` refuses a collision at run time and
-/// `gpu_rpc::server::assert_disjoint_opcodes(&[A::OPCODES, B::OPCODES])` in a
+/// `gpu_rpc::assert_disjoint_opcodes(&[A::OPCODES, B::OPCODES])` in a
 /// `const` checks it at compile time.
 ///
 /// # Signatures

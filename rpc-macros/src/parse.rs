@@ -16,6 +16,9 @@ pub struct Service {
     pub item: ItemTrait,
     /// `#[gpu_rpc(namespace = "...")]`.
     pub namespace: Option<LitStr>,
+    /// `#[gpu_rpc(__standard_services)]`: only `gpu_rpc::services::Std` may
+    /// use explicit opcodes in the standard services' block.
+    pub standard_services: bool,
     /// The methods, in declaration order.
     pub methods: Vec<Method>,
 }
@@ -45,6 +48,9 @@ pub struct Method {
     pub name: String,
     /// Its doc attributes (copied onto the client stub).
     pub docs: Vec<Attribute>,
+    /// Its `#[deprecated]` attribute, if any (copied onto both client stubs,
+    /// so a kernel calling the method is warned as a host caller is).
+    pub deprecated: Vec<Attribute>,
     /// The arguments after `&self`.
     pub args: Vec<Arg>,
     /// The return type.
@@ -127,8 +133,12 @@ pub fn parse_service(attr: TokenStream, item: TokenStream) -> Result<Service, (O
     let mut errors = Errors::default();
 
     let mut namespace = None;
+    let mut standard_services = false;
     let attr_parser = syn::meta::parser(|meta| {
-        if meta.path.is_ident("namespace") {
+        if meta.path.is_ident("__standard_services") {
+            standard_services = true;
+            Ok(())
+        } else if meta.path.is_ident("namespace") {
             let lit: LitStr = meta.value()?.parse()?;
             if lit.value().is_empty() {
                 return Err(syn::Error::new_spanned(
@@ -185,6 +195,7 @@ pub fn parse_service(attr: TokenStream, item: TokenStream) -> Result<Service, (O
     let svc = Service {
         item,
         namespace,
+        standard_services,
         methods,
     };
     match errors.finish() {
@@ -253,6 +264,7 @@ fn parse_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
     let mut is_async = false;
     let mut explicit_opcode = None;
     let mut docs = Vec::new();
+    let mut deprecated = Vec::new();
     let mut keep = Vec::new();
     for attr in std::mem::take(&mut f.attrs) {
         if attr.path().is_ident("gpu_rpc") {
@@ -261,6 +273,8 @@ fn parse_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
         }
         if attr.path().is_ident("doc") {
             docs.push(attr.clone());
+        } else if attr.path().is_ident("deprecated") {
+            deprecated.push(attr.clone());
         } else if attr.path().is_ident("cfg") || attr.path().is_ident("cfg_attr") {
             errors.at(
                 &attr,
@@ -411,6 +425,7 @@ fn parse_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
         name: sig.ident.unraw_string(),
         ident: sig.ident.clone(),
         docs,
+        deprecated,
         args,
         ret,
         is_async,

@@ -71,7 +71,8 @@ impl Status {
     /// The status for a raw word.
     ///
     /// ```
-    /// use rpc_runtime::Status;
+    /// # use rpc_runtime as gpu_rpc;
+    /// use gpu_rpc::Status;
     /// assert_eq!(Status::from_u32(1), Status::UnknownOpcode);
     /// assert_eq!(Status::from_u32(99), Status::Unknown);
     /// ```
@@ -166,7 +167,8 @@ impl CallDesc {
     /// [lane rules](crate::lanes#the-lane-rules)).
     ///
     /// ```
-    /// assert_eq!(rpc_runtime::call::NOOP_DESC.group_key() >> 32, 1);
+    /// # use rpc_runtime as gpu_rpc;
+    /// assert_eq!(gpu_rpc::call::NOOP_DESC.group_key() >> 32, 1);
     /// ```
     pub const fn group_key(&self) -> u64 {
         (self.opcode as u64) << 32 | self.signature as u64
@@ -195,7 +197,8 @@ impl CallDesc {
     /// refuses a service with a hand-made description that fails it.
     ///
     /// ```
-    /// use rpc_runtime::call::{CallDesc, NOOP_DESC};
+    /// # use rpc_runtime as gpu_rpc;
+    /// use gpu_rpc::call::{CallDesc, NOOP_DESC};
     /// let bad = CallDesc { opcode: 0x1_0000, out_elem_sizes: &[100], ..NOOP_DESC };
     /// assert_eq!(bad.problem(), Some("gpu_rpc: out-buffer elements must be 1..=64 bytes"));
     /// ```
@@ -241,7 +244,8 @@ impl CallDesc {
 /// `51..54` out-buffers, `54` reply expected, `56..64` version.
 ///
 /// ```
-/// use rpc_runtime::call::FrameWord;
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::call::FrameWord;
 /// let w = FrameWord { version: 1, reply: true, in_streams: 2, out_streams: 1, arg_bytes: 300, signature: 0xabcd };
 /// assert_eq!(FrameWord::unpack(w.pack()), w);
 /// ```
@@ -297,7 +301,8 @@ impl FrameWord {
 /// the server.
 ///
 /// ```
-/// assert_eq!(rpc_runtime::call::lengths_bytes(2, 1), 24);
+/// # use rpc_runtime as gpu_rpc;
+/// assert_eq!(gpu_rpc::call::lengths_bytes(2, 1), 24);
 /// ```
 pub const fn lengths_bytes(in_streams: usize, out_buffers: usize) -> usize {
     8 * (in_streams + out_buffers)
@@ -307,7 +312,8 @@ pub const fn lengths_bytes(in_streams: usize, out_buffers: usize) -> usize {
 /// [`FIRST_PAYLOAD`] bytes ride in packet 0.
 ///
 /// ```
-/// use rpc_runtime::call::spill_packets;
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::call::spill_packets;
 /// assert_eq!(spill_packets(56), 0);
 /// assert_eq!(spill_packets(57), 1);
 /// assert_eq!(spill_packets(56 + 128), 2);
@@ -333,8 +339,9 @@ pub const fn out_packets(count: u64, elem_size: u32) -> u64 {
 /// (and by tests that play a device).
 ///
 /// ```
-/// use rpc_runtime::call::{fill_block, read_block};
-/// use rpc_runtime::protocol::Buffer;
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::call::{fill_block, read_block};
+/// use gpu_rpc::protocol::Buffer;
 /// let block: Vec<u8> = (0..100).collect();
 /// let (mut p0, mut p1) = (Buffer::default(), Buffer::default());
 /// fill_block(0, &block, &mut p0);
@@ -521,7 +528,7 @@ pub fn copy_into_words(src: &[u8], dst: &mut [u64]) {
     let n = src.len().min(8 * dst.len());
     let p = src.as_ptr();
     let mut k = 0;
-    if (p as usize) % 8 == 0 {
+    if (p as usize).is_multiple_of(8) {
         for (w, slot) in dst.iter_mut().enumerate().take(n / 8) {
             // SAFETY: `8 * (w + 1) <= n <= src.len()` and `p + 8 * w` is
             // 8-aligned (`p` is): an in-bounds aligned `u64` read.
@@ -544,7 +551,7 @@ pub fn copy_from_words(src: &[u64], dst: &mut [u8]) {
     let n = dst.len().min(8 * src.len());
     let p = dst.as_mut_ptr();
     let mut k = 0;
-    if (p as usize) % 8 == 0 {
+    if (p as usize).is_multiple_of(8) {
         for (w, word) in src.iter().enumerate().take(n / 8) {
             // SAFETY: `8 * (w + 1) <= n <= dst.len()` and `p + 8 * w` is
             // 8-aligned: an in-bounds aligned `u64` write to memory `dst`
@@ -565,7 +572,8 @@ pub fn copy_from_words(src: &[u64], dst: &mut [u8]) {
 /// [`copy_into_words`]). Generated stubs build one per call.
 ///
 /// ```
-/// let mut b = rpc_runtime::call::Block([0u8; 12]);
+/// # use rpc_runtime as gpu_rpc;
+/// let mut b = gpu_rpc::call::Block([0u8; 12]);
 /// b[..4].copy_from_slice(&7u32.to_le_bytes());
 /// assert_eq!(b.as_ptr() as usize % 8, 0);
 /// ```
@@ -708,4 +716,37 @@ pub fn fail(err: CallError) -> ! {
 #[inline(always)]
 pub fn halt() -> ! {
     lanes::halt()
+}
+
+/// Panics (at compile time in a `const`) if two of the opcode lists share an
+/// opcode. `no_std`, so the crate that defines the traits (shared by kernels
+/// and host) can check that the services it serves together never collide:
+///
+/// ```
+/// # use rpc_runtime as gpu_rpc;
+/// // In a shared `no_std` crate, next to `#[gpu_rpc] pub trait A` and `B`:
+/// // const _: () = gpu_rpc::assert_disjoint_opcodes(&[ARpc::OPCODES, BRpc::OPCODES]);
+/// const _: () = gpu_rpc::assert_disjoint_opcodes(&[&[0x10100, 0x10101], &[0x10102]]);
+/// ```
+///
+/// A collision fails the build (`evaluation of constant value failed ...
+/// two services share an opcode`).
+pub const fn assert_disjoint_opcodes(lists: &[&[u32]]) {
+    let mut a = 0;
+    while a < lists.len() {
+        let mut b = a + 1;
+        while b < lists.len() {
+            let mut i = 0;
+            while i < lists[a].len() {
+                let mut j = 0;
+                while j < lists[b].len() {
+                    assert!(lists[a][i] != lists[b][j], "gpu_rpc: two services share an opcode");
+                    j += 1;
+                }
+                i += 1;
+            }
+            b += 1;
+        }
+        a += 1;
+    }
 }

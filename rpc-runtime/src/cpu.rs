@@ -4,8 +4,9 @@
 //! so everything can be tested on a machine without one.
 //!
 //! ```
-//! use rpc_runtime::cpu::{Launch, run};
-//! use rpc_runtime::server::{Dispatcher, ServerConfig};
+//! # use rpc_runtime as gpu_rpc;
+//! use gpu_rpc::cpu::{Launch, run};
+//! use gpu_rpc::server::{Dispatcher, ServerConfig};
 //! let d = Dispatcher::new(ServerConfig::default());
 //! let report = run(&Launch { threads: 4, port_count: 2, ..Launch::default() }, &d, |client, _t| {
 //!     assert_eq!(client.noop(41).unwrap(), 42);
@@ -106,8 +107,9 @@ impl Region {
     /// a run abandoned a call. Meaningful only while no run uses the region.
     ///
     /// ```
-    /// use rpc_runtime::cpu::Region;
-    /// use rpc_runtime::protocol::Layout;
+    /// # use rpc_runtime as gpu_rpc;
+    /// use gpu_rpc::cpu::Region;
+    /// use gpu_rpc::protocol::Layout;
     /// assert!(Region::new(Layout::new(4, 1).unwrap()).busy_ports().is_empty());
     /// ```
     pub fn busy_ports(&self) -> Vec<protocol::PortSnapshot> {
@@ -213,11 +215,31 @@ pub struct ThreadIdx {
 /// Run `kernel` on `launch.threads` client threads against a fresh region,
 /// served by `dispatcher` on `launch.server_threads` threads, until every
 /// client thread has finished and every call has been served.
+///
+/// An invalid `launch` is an error naming the values, not a panic:
+///
+/// ```
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::cpu::{run, Launch};
+/// use gpu_rpc::server::{Dispatcher, ServerConfig};
+/// let d = Dispatcher::new(ServerConfig::default());
+/// let bad = Launch { port_count: 0, lane_size: 65, ..Launch::default() };
+/// let e = run(&bad, &d, |_, _| {}).unwrap_err();
+/// assert!(e.to_string().contains("port_count 0 (must be 1..=65536) and lane_size 65 (must be 1..=64)"), "{e}");
+/// ```
 pub fn run<F>(launch: &Launch, dispatcher: &Dispatcher, kernel: F) -> Result<Report, LanePanic>
 where
     F: Fn(&Client<'_>, ThreadIdx) + Sync,
 {
-    let layout = Layout::new(launch.port_count, launch.lane_size).expect("gpu_rpc: invalid port count or lane size");
+    let Some(layout) = Layout::new(launch.port_count, launch.lane_size) else {
+        return Err(LanePanic::whole_run(format!(
+            "invalid Launch: port_count {} (must be 1..={}) and lane_size {} (must be 1..={})",
+            launch.port_count,
+            crate::protocol::MAX_PORTS,
+            launch.lane_size,
+            crate::protocol::MAX_LANES
+        )));
+    };
     let region = Region::new(layout);
     run_on(&region, launch, dispatcher, kernel)
 }
@@ -259,9 +281,10 @@ pub struct Device<'r> {
 /// run's.
 ///
 /// ```
-/// use rpc_runtime::cpu::{run_devices, Device, Region};
-/// use rpc_runtime::protocol::Layout;
-/// use rpc_runtime::server::{Dispatcher, ServerConfig};
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::cpu::{run_devices, Device, Region};
+/// use gpu_rpc::protocol::Layout;
+/// use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// let regions = [Region::new(Layout::new(4, 1).unwrap()), Region::new(Layout::new(2, 32).unwrap())];
 /// let ds = [Dispatcher::new(ServerConfig::default()), Dispatcher::new(ServerConfig::default())];
 /// let devices: Vec<Device> = regions.iter().zip(&ds).map(|(region, dispatcher)| Device { region, threads: 3, dispatcher }).collect();

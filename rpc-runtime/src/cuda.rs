@@ -29,10 +29,11 @@
 //! # Example
 //!
 //! ```no_run
-//! use rpc_runtime::cuda::{launch, CudaDevice, KernelArg, Launch, Module, PinnedBuffer};
-//! use rpc_runtime::server::{Dispatcher, ServerConfig};
+//! # use rpc_runtime as gpu_rpc;
+//! use gpu_rpc::cuda::{launch, CudaDevice, KernelArg, Launch, Module, PinnedBuffer};
+//! use gpu_rpc::server::{Dispatcher, ServerConfig};
 //!
-//! # fn main() -> Result<(), rpc_runtime::cuda::CudaError> {
+//! # fn main() -> Result<(), gpu_rpc::cuda::CudaError> {
 //! let device = CudaDevice::new(0)?;
 //! let module = Module::from_ptx_file(&device, "target/ptx/kernels.ptx")?;
 //! // extern "ptx-kernel" fn rpc_noop_kernel(desc: ClientDesc, iters: u32, out: *mut u64)
@@ -84,9 +85,11 @@ mod error;
 mod memory;
 mod module;
 mod run;
+mod serve;
 
 pub use device::*;
 pub use error::*;
 pub use memory::*;
 pub use module::*;
 pub use run::*;
+pub use serve::*;

@@ -17,7 +17,8 @@
 //! argument the device sent, and `{{` / `}}` escapes; [`pieces`] walks one.
 //!
 //! ```
-//! use rpc_runtime::format_spec::{parse_spec, Align, Piece, pieces, Ty};
+//! # use rpc_runtime as gpu_rpc;
+//! use gpu_rpc::format_spec::{parse_spec, Align, Piece, pieces, Ty};
 //! let s = parse_spec("*^+#010.3x").unwrap();
 //! assert_eq!((s.fill, s.align, s.plus, s.alternate, s.zero), ('*', Some(Align::Center), true, true, true));
 //! assert_eq!((s.width, s.precision, s.ty), (Some(10), Some(3), Ty::LowerHex));
@@ -121,7 +122,8 @@ fn align_of(c: char) -> Option<Align> {
 /// Parse a spec (the text after `:`).
 ///
 /// ```
-/// use rpc_runtime::format_spec::{parse_spec, SpecError};
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::format_spec::{parse_spec, SpecError};
 /// assert!(parse_spec("").is_ok());
 /// assert_eq!(parse_spec("w$").unwrap_err(), SpecError::RuntimeWidth);
 /// assert_eq!(parse_spec(".*").unwrap_err(), SpecError::RuntimeWidth);

@@ -76,10 +76,11 @@
 //! # Example
 //!
 //! ```no_run
-//! use rpc_runtime::hsa::{launch, CodeObject, HsaBuffer, HsaDevice, KernelArg, Launch, Module};
-//! use rpc_runtime::server::{Dispatcher, ServerConfig};
+//! # use rpc_runtime as gpu_rpc;
+//! use gpu_rpc::hsa::{launch, CodeObject, HsaBuffer, HsaDevice, KernelArg, Launch, Module};
+//! use gpu_rpc::server::{Dispatcher, ServerConfig};
 //!
-//! # fn main() -> Result<(), rpc_runtime::hsa::HsaError> {
+//! # fn main() -> Result<(), gpu_rpc::hsa::HsaError> {
 //! let device = HsaDevice::new(0)?;
 //! let code = CodeObject::from_file("target/device/gfx90a/kernels.hsaco")?;
 //! let module = Module::load(&device, &code)?;
@@ -123,14 +124,16 @@ pub const DEFAULT_PORT_COUNT: u32 = 4096;
 /// When set, the only file tried for the runtime library.
 ///
 /// ```no_run
-/// std::env::set_var(rpc_runtime::hsa::ENV_LIBRARY, "/opt/rocm-6.2.0/lib/libhsa-runtime64.so.1");
+/// # use rpc_runtime as gpu_rpc;
+/// std::env::set_var(gpu_rpc::hsa::ENV_LIBRARY, "/opt/rocm-6.2.0/lib/libhsa-runtime64.so.1");
 /// ```
 pub const ENV_LIBRARY: &str = "GPU_RPC_HSA_LIBRARY";
 
 /// The names tried, in order, when [`ENV_LIBRARY`] is not set.
 ///
 /// ```
-/// assert_eq!(rpc_runtime::hsa::LIBRARY_NAMES[0], "libhsa-runtime64.so.1");
+/// # use rpc_runtime as gpu_rpc;
+/// assert_eq!(gpu_rpc::hsa::LIBRARY_NAMES[0], "libhsa-runtime64.so.1");
 /// ```
 pub const LIBRARY_NAMES: [&str; 4] = [
     "libhsa-runtime64.so.1",

@@ -48,7 +48,8 @@
 //! CPU tests check the same code paths with one-lane warps.
 //!
 //! ```
-//! use rpc_runtime::lanes;
+//! # use rpc_runtime as gpu_rpc;
+//! use gpu_rpc::lanes;
 //! let mask = lanes::lane_mask();
 //! assert_eq!(lanes::LANE_SIZE, 1); // on the host
 //! assert_eq!(mask, 1);

@@ -443,7 +443,7 @@ impl Warp {
         }
         // A quarter of the time, release only some of the groups (at least
         // one): the others wait and are regrouped with later arrivals.
-        let hold = k > 1 && next(&mut st.rng) % 4 == 0;
+        let hold = k > 1 && next(&mut st.rng).is_multiple_of(4);
         let mut released = 0;
         st.stats.mask_rounds += 1;
         for (i, &m) in masks.iter().enumerate() {

@@ -8,7 +8,8 @@ use std::time::Duration;
 /// An extra kernel argument, after the descriptor.
 ///
 /// ```
-/// use rpc_runtime::launch::KernelArg;
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::launch::KernelArg;
 /// assert_eq!(KernelArg::U32(7).size(), 4);
 /// assert_eq!(KernelArg::Ptr(0x1000).size(), 8);
 /// ```
@@ -34,7 +35,8 @@ impl KernelArg {
     /// Size (and alignment) of the parameter in bytes.
     ///
     /// ```
-    /// assert_eq!(rpc_runtime::launch::KernelArg::F64(1.0).size(), 8);
+    /// # use rpc_runtime as gpu_rpc;
+    /// assert_eq!(gpu_rpc::launch::KernelArg::F64(1.0).size(), 8);
     /// ```
     pub fn size(&self) -> usize {
         match self {
@@ -95,7 +97,8 @@ impl Drop for StopOnDrop<'_> {
 /// share. Bring it into scope to read kernel outputs or fill kernel inputs.
 ///
 /// ```
-/// use rpc_runtime::launch::MappedBuffer;
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::launch::MappedBuffer;
 /// struct Words(Vec<u8>);
 /// impl MappedBuffer for Words {
 ///     fn mapped_ptr(&self) -> *mut u8 { self.0.as_ptr() as *mut u8 }

@@ -62,6 +62,6 @@ pub mod cuda;
 #[cfg(feature = "hsa")]
 pub mod hsa;
 
-pub use call::{CallDesc, CallError, Status};
+pub use call::{assert_disjoint_opcodes, CallDesc, CallError, Status};
 pub use protocol::{Client, Layout};
 pub use wire::Wire;

@@ -106,8 +106,9 @@ impl Counters {
 /// A snapshot of one method's metrics.
 ///
 /// ```
-/// # use rpc_runtime::cpu::{run, Launch};
-/// # use rpc_runtime::server::{Dispatcher, ServerConfig};
+/// # use rpc_runtime as gpu_rpc;
+/// # use gpu_rpc::cpu::{run, Launch};
+/// # use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// let d = Dispatcher::new(ServerConfig::default());
 /// run(&Launch { threads: 2, ..Launch::default() }, &d, |client, _| {
 ///     for i in 0..5 {
@@ -213,8 +214,9 @@ impl fmt::Display for MethodMetrics {
 /// All methods' metrics as one JSON line: `{"methods":[...]}`.
 ///
 /// ```
-/// let d = rpc_runtime::server::Dispatcher::new(Default::default());
-/// assert!(rpc_runtime::metrics::to_json_line(&d.metrics()).starts_with("{\"methods\":["));
+/// # use rpc_runtime as gpu_rpc;
+/// let d = gpu_rpc::server::Dispatcher::new(Default::default());
+/// assert!(gpu_rpc::metrics::to_json_line(&d.metrics()).starts_with("{\"methods\":["));
 /// ```
 pub fn to_json_line(metrics: &[MethodMetrics]) -> String {
     let rows: Vec<String> = metrics.iter().map(MethodMetrics::to_json).collect();

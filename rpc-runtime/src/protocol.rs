@@ -78,7 +78,8 @@
 //! stub and server dispatch are generated from one description.
 //!
 //! ```compile_fail
-//! # use rpc_runtime::protocol::*;
+//! # use rpc_runtime as gpu_rpc;
+//! # use gpu_rpc::protocol::*;
 //! fn client_must_send_first(client: &Client<'_>) {
 //!     let port = client.open(0x20);
 //!     let port = port.recv(|_| {}); // error: no `recv` on a fresh client port
@@ -129,7 +130,8 @@ const _: () = assert!(
 /// other side can write ever exists.
 ///
 /// ```
-/// use rpc_runtime::protocol::Buffer;
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::protocol::Buffer;
 /// let mut b = Buffer::default();
 /// b.bytes_mut()[..5].copy_from_slice(b"hello");
 /// assert_eq!(b.data[0] & 0xff, b'h' as u64);
@@ -224,7 +226,8 @@ impl Default for SharedBuffer {
 /// The layout of the shared region for a port count and lane size.
 ///
 /// ```
-/// use rpc_runtime::protocol::{allocation_size, Layout};
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::protocol::{allocation_size, Layout};
 /// let l = Layout::new(64, 32).unwrap();
 /// assert_eq!(l.allocation_size(), allocation_size(64, 32));
 /// assert_eq!(l.packet_offset(), 2 * 256 + 64 * 64);
@@ -306,7 +309,8 @@ impl Layout {
 /// panics (at compile time in a const context) on an invalid layout.
 ///
 /// ```
-/// assert_eq!(rpc_runtime::protocol::allocation_size(1, 1), 64 + 64 + 64 + 64);
+/// # use rpc_runtime as gpu_rpc;
+/// assert_eq!(gpu_rpc::protocol::allocation_size(1, 1), 64 + 64 + 64 + 64);
 /// ```
 pub const fn allocation_size(port_count: u32, lane_size: u32) -> usize {
     match Layout::new(port_count, lane_size) {
@@ -332,7 +336,8 @@ const CLIENT_PORTS_PER_WORD: u32 = 8;
 /// `port_count` ports (lock, outbox copy and idle flag per port).
 ///
 /// ```
-/// assert_eq!(rpc_runtime::protocol::client_local_words(33), 5);
+/// # use rpc_runtime as gpu_rpc;
+/// assert_eq!(gpu_rpc::protocol::client_local_words(33), 5);
 /// ```
 pub const fn client_local_words(port_count: u32) -> usize {
     port_count.div_ceil(CLIENT_PORTS_PER_WORD) as usize
@@ -342,7 +347,8 @@ pub const fn client_local_words(port_count: u32) -> usize {
 /// per-port state may be set): what a backend checks after a run.
 ///
 /// ```
-/// use rpc_runtime::protocol::client_locks_released;
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::protocol::client_locks_released;
 /// assert!(client_locks_released(&[0x6666_6666]));
 /// assert!(!client_locks_released(&[0x0000_0010]));
 /// ```
@@ -355,7 +361,8 @@ pub fn client_locks_released(words: &[u32]) -> bool {
 /// short.
 ///
 /// ```
-/// use rpc_runtime::protocol::client_port_state;
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::protocol::client_port_state;
 /// assert_eq!(client_port_state(&[0x0000_0030], 1), Some((true, true, false)));
 /// assert_eq!(client_port_state(&[0], 8), None);
 /// ```
@@ -431,7 +438,8 @@ impl core::fmt::Display for PortSnapshot {
 /// `u32` words of side-local lock bits for `port_count` ports.
 ///
 /// ```
-/// assert_eq!(rpc_runtime::protocol::lock_words(33), 2);
+/// # use rpc_runtime as gpu_rpc;
+/// assert_eq!(gpu_rpc::protocol::lock_words(33), 2);
 /// ```
 pub const fn lock_words(port_count: u32) -> usize {
     port_count.div_ceil(32) as usize
@@ -692,7 +700,7 @@ impl<'a, S: Side> Process<'a, S> {
             if let Some(abort) = self.abort {
                 polls = polls.wrapping_add(1);
                 // Relaxed: the flag carries no data; it only ends the wait.
-                if polls % 64 == 0 && abort.load(core::sync::atomic::Ordering::Relaxed) {
+                if polls.is_multiple_of(64) && abort.load(core::sync::atomic::Ordering::Relaxed) {
                     return Err(());
                 }
             }
@@ -918,8 +926,9 @@ impl<'a> Client<'a> {
     /// same client ([`open_keyed`](Self::open_keyed), [`call`](Self::call)).
     ///
     /// ```
-    /// use rpc_runtime::protocol::Layout;
-    /// use rpc_runtime::cpu::Region;
+    /// # use rpc_runtime as gpu_rpc;
+    /// use gpu_rpc::protocol::Layout;
+    /// use gpu_rpc::cpu::Region;
     /// let (a, b) = (Region::new(Layout::new(4, 1).unwrap()), Region::new(Layout::new(4, 1).unwrap()));
     /// assert_ne!(a.client().id(), b.client().id());
     /// assert_eq!(a.client().id(), a.client().id());
@@ -1089,8 +1098,9 @@ impl<'a> Server<'a> {
     /// a backend that can read it fills [`PortSnapshot::client`].
     ///
     /// ```
-    /// use rpc_runtime::cpu::Region;
-    /// use rpc_runtime::protocol::Layout;
+    /// # use rpc_runtime as gpu_rpc;
+    /// use gpu_rpc::cpu::Region;
+    /// use gpu_rpc::protocol::Layout;
     /// let region = Region::new(Layout::new(2, 1).unwrap());
     /// let s = region.server().snapshot(1);
     /// assert!(s.is_idle());
@@ -1117,8 +1127,9 @@ impl<'a> Server<'a> {
     /// side's words (each backend reads them from wherever they live).
     ///
     /// ```
-    /// use rpc_runtime::cpu::Region;
-    /// use rpc_runtime::protocol::Layout;
+    /// # use rpc_runtime as gpu_rpc;
+    /// use gpu_rpc::cpu::Region;
+    /// use gpu_rpc::protocol::Layout;
     /// let region = Region::new(Layout::new(8, 1).unwrap());
     /// // Port 1 locked by a client, in a copy of the client's words.
     /// let busy: Vec<_> = region.server().busy_ports(&[0x10]).collect();

@@ -13,7 +13,8 @@
 //! given up when the abort flag is raised (the kernel ended) and recorded too.
 //!
 //! ```
-//! use rpc_runtime::server::{Dispatcher, ServerConfig};
+//! # use rpc_runtime as gpu_rpc;
+//! use gpu_rpc::server::{Dispatcher, ServerConfig};
 //! let d = Dispatcher::new(ServerConfig::default());
 //! assert!(d.errors().is_empty());
 //! ```
@@ -97,6 +98,26 @@ pub struct MethodInfo {
     pub desc: &'static CallDesc,
     /// `Service::method`, for messages.
     pub path: &'static str,
+    /// The module that defines the trait (`module_path!()` where
+    /// `#[gpu_rpc]` was used): tells same-named traits apart in
+    /// [`OpcodeCollision`].
+    pub module: &'static str,
+}
+
+impl MethodInfo {
+    /// `module::Service::method`.
+    ///
+    /// ```
+    /// # use rpc_runtime as gpu_rpc;
+    /// use gpu_rpc::server::MethodInfo;
+    /// use gpu_rpc::CallDesc;
+    /// static DESC: CallDesc = CallDesc { opcode: 0x1_0100, ..gpu_rpc::call::NOOP_DESC };
+    /// let m = MethodInfo { desc: &DESC, path: "Lab::inspect", module: "physics" };
+    /// assert_eq!(m.qualified(), "physics::Lab::inspect");
+    /// ```
+    pub fn qualified(&self) -> String {
+        format!("{}::{}", self.module, self.path)
+    }
 }
 
 /// A set of methods served together: what `#[gpu_rpc]` generates for a trait
@@ -117,10 +138,10 @@ pub trait Service: Send + Sync {
 pub struct OpcodeCollision {
     /// The opcode.
     pub opcode: u32,
-    /// The method registered first.
-    pub first: &'static str,
-    /// The method that collided.
-    pub second: &'static str,
+    /// The method registered first (`module::Service::method`).
+    pub first: String,
+    /// The method that collided (`module::Service::method`).
+    pub second: String,
 }
 
 /// Why [`Dispatcher::add`] refused a service.
@@ -138,32 +159,6 @@ pub enum AddError {
         /// What is wrong.
         problem: &'static str,
     },
-}
-
-/// Panics (at compile time in a `const`) if two of the opcode lists share an
-/// opcode: `const _: () = gpu_rpc::assert_disjoint_opcodes(&[A::OPCODES, B::OPCODES]);`
-///
-/// ```
-/// const _: () = rpc_runtime::server::assert_disjoint_opcodes(&[&[0x10000, 0x10001], &[0x10002]]);
-/// ```
-pub const fn assert_disjoint_opcodes(lists: &[&[u32]]) {
-    let mut a = 0;
-    while a < lists.len() {
-        let mut b = a + 1;
-        while b < lists.len() {
-            let mut i = 0;
-            while i < lists[a].len() {
-                let mut j = 0;
-                while j < lists[b].len() {
-                    assert!(lists[a][i] != lists[b][j], "gpu_rpc: two services share an opcode");
-                    j += 1;
-                }
-                i += 1;
-            }
-            b += 1;
-        }
-        a += 1;
-    }
 }
 
 /// Routes calls to services and keeps the error log. Shared by all server
@@ -263,15 +258,18 @@ impl Dispatcher {
                 });
             }
             let first = match (self.table.get(&opcode), added.get(&opcode)) {
-                (Some(r), _) => Some(r.path),
-                (None, Some(&mm)) => Some(service.methods()[mm].path),
+                (Some(r), _) => Some(match r.method {
+                    Some((s, m)) => self.services[s].methods()[m].qualified(),
+                    None => r.path.to_string(),
+                }),
+                (None, Some(&mm)) => Some(service.methods()[mm].qualified()),
                 (None, None) => None,
             };
             if let Some(first) = first {
                 return Err(OpcodeCollision {
                     opcode,
                     first,
-                    second: info.path,
+                    second: info.qualified(),
                 }
                 .into());
             }
@@ -818,10 +816,11 @@ pub struct Served<'r, 'a> {
 /// count, however many runs share the dispatcher), or the abandoned call.
 ///
 /// ```
+/// # use rpc_runtime as gpu_rpc;
 /// use std::sync::atomic::AtomicBool;
-/// use rpc_runtime::cpu::Region;
-/// use rpc_runtime::protocol::Layout;
-/// use rpc_runtime::server::{serve_pool, Dispatcher, Served, ServerConfig};
+/// use gpu_rpc::cpu::Region;
+/// use gpu_rpc::protocol::Layout;
+/// use gpu_rpc::server::{serve_pool, Dispatcher, Served, ServerConfig};
 /// let (a, b) = (Region::new(Layout::new(4, 1).unwrap()), Region::new(Layout::new(4, 1).unwrap()));
 /// let d = Dispatcher::new(ServerConfig::default());
 /// let done = AtomicBool::new(true); // both "kernels" are over already
@@ -984,7 +983,8 @@ pub const MAX_MESSAGE_BYTES: usize = 4096;
 /// `"…[truncated]"`.
 ///
 /// ```
-/// use rpc_runtime::server::{clip_message, MAX_MESSAGE_BYTES};
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::server::{clip_message, MAX_MESSAGE_BYTES};
 /// assert_eq!(clip_message("short"), "short");
 /// let long = "é".repeat(MAX_MESSAGE_BYTES);
 /// let kept = clip_message(&long);
@@ -1005,7 +1005,8 @@ pub fn clip_message(s: &str) -> String {
 /// The lanes of `mask`, lowest first.
 ///
 /// ```
-/// assert_eq!(rpc_runtime::server::iter_lanes(0b1010).collect::<Vec<_>>(), [1, 3]);
+/// # use rpc_runtime as gpu_rpc;
+/// assert_eq!(gpu_rpc::server::iter_lanes(0b1010).collect::<Vec<_>>(), [1, 3]);
 /// ```
 pub fn iter_lanes(mut mask: u64) -> impl Iterator<Item = u32> {
     core::iter::from_fn(move || {

@@ -19,6 +19,20 @@ pub(crate) fn scoped<'s, 'e, T: Send + 's>(
     Builder::new().name(name).spawn_scoped(scope, f)
 }
 
+/// Start a thread named `name` that outlives the caller (a background
+/// server), or say why the OS refused it.
+#[cfg(feature = "cuda")]
+pub(crate) fn owned<T: Send + 'static>(
+    name: String,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> io::Result<std::thread::JoinHandle<T>> {
+    #[cfg(test)]
+    if failures::take() {
+        return Err(io::Error::other("refused by the test"));
+    }
+    Builder::new().name(name).spawn(f)
+}
+
 /// Start server threads `0..n`, thread `t` running `serve(t)`. A thread the
 /// OS refuses is left out (every server thread scans every port, so the
 /// others serve its share); it is an error only when none starts, and then

@@ -14,7 +14,8 @@
 //! `Wire`. `usize`/`isize` always cross as 8 bytes.
 //!
 //! ```
-//! use rpc_runtime::wire::{decode, encode, Wire};
+//! # use rpc_runtime as gpu_rpc;
+//! use gpu_rpc::wire::{decode, encode, Wire};
 //! let mut buf = [0u8; <(u32, bool, [u16; 2]) as Wire>::SIZE];
 //! encode(&(7u32, true, [1u16, 2]), &mut buf);
 //! assert_eq!(buf, [7, 0, 0, 0, 1, 1, 0, 2, 0]);
@@ -84,8 +85,9 @@ pub trait Wire: Sized {
 /// Encode `v` into `out[..T::SIZE]`.
 ///
 /// ```
+/// # use rpc_runtime as gpu_rpc;
 /// let mut b = [0u8; 2];
-/// rpc_runtime::wire::encode(&0x1234u16, &mut b);
+/// gpu_rpc::wire::encode(&0x1234u16, &mut b);
 /// assert_eq!(b, [0x34, 0x12]);
 /// ```
 #[inline(always)]
@@ -96,7 +98,8 @@ pub fn encode<T: Wire>(v: &T, out: &mut [u8]) {
 /// Decode a `T` from `bytes[..T::SIZE]`.
 ///
 /// ```
-/// assert_eq!(rpc_runtime::wire::decode::<char>(&[0x41, 0, 0, 0]), Ok('A'));
+/// # use rpc_runtime as gpu_rpc;
+/// assert_eq!(gpu_rpc::wire::decode::<char>(&[0x41, 0, 0, 0]), Ok('A'));
 /// ```
 #[inline(always)]
 pub fn decode<T: Wire>(bytes: &[u8]) -> Result<T, WireError> {
@@ -109,7 +112,8 @@ pub fn decode<T: Wire>(bytes: &[u8]) -> Result<T, WireError> {
 /// FNV-1a over `bytes`, continuing from `h`; usable in constants.
 ///
 /// ```
-/// use rpc_runtime::wire::fnv1a;
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::wire::fnv1a;
 /// assert_eq!(fnv1a(0x811c_9dc5, b""), 0x811c_9dc5);
 /// assert_ne!(fnv1a(0x811c_9dc5, b"a"), fnv1a(0x811c_9dc5, b"b"));
 /// ```
@@ -126,7 +130,8 @@ pub const fn fnv1a(mut h: u32, bytes: &[u8]) -> u32 {
 /// Mix `x` into the hash `h`; usable in constants.
 ///
 /// ```
-/// use rpc_runtime::wire::mix;
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::wire::mix;
 /// assert_ne!(mix(1, 2), mix(2, 1));
 /// ```
 pub const fn mix(h: u32, x: u32) -> u32 {
@@ -423,7 +428,8 @@ mod tests {
 /// ([`WireError::InvalidTag`]).
 ///
 /// ```
-/// use rpc_runtime::wire::{decode, encode, Wire, WireError};
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::wire::{decode, encode, Wire, WireError};
 /// type R = Result<u32, u8>;
 /// assert_eq!(R::SIZE, 1 + 4);
 /// let mut buf = [0xffu8; R::SIZE];

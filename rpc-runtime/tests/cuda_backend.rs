@@ -1,7 +1,7 @@
 //! Tests of the CUDA backend (feature `cuda`).
 //!
 //! On a machine without the NVIDIA driver every GPU test prints
-//! `skipping: ...` and passes; `missing_driver_is_a_clean_error` runs
+//! `skipped: <test>: no CUDA driver ...` (visibly) and passes; `missing_driver_is_a_clean_error` runs
 //! everywhere. The tests that need a real RPC kernel read the path of a PTX
 //! file from `GPU_RPC_TEST_PTX` (written by the device build) and are skipped
 //! when it is unset. The other GPU tests use small hand-written PTX modules
@@ -10,6 +10,9 @@
 //! A kernel fault poisons the whole CUDA context of the process, so the fault
 //! test lives in its own test binary (`cuda_fault.rs`).
 #![cfg(feature = "cuda")]
+
+mod support;
+use support::{gpu, skipped};
 
 use rpc_runtime::cuda::MappedBuffer;
 use rpc_runtime::cuda::{
@@ -101,27 +104,12 @@ fn quiet() -> Dispatcher {
     })
 }
 
-/// Device 0, or `None` (after printing why) when there is no driver or no
-/// device. Any other failure is a test failure.
-fn gpu() -> Option<CudaDevice> {
-    if !driver_available() {
-        eprintln!("skipping: libcuda could not be loaded (no NVIDIA driver on this machine)");
-        return None;
-    }
-    match CudaDevice::new(0) {
-        Ok(d) => Some(d),
-        Err(CudaError::Driver { name, .. }) if name == "CUDA_ERROR_NO_DEVICE" => {
-            eprintln!("skipping: the NVIDIA driver is installed but reports no CUDA device");
-            None
-        }
-        Err(e) => panic!("CUDA device 0 unusable: {e}"),
-    }
-}
-
 /// The PTX with `rpc_noop_kernel`, or `None` (after printing why).
 fn rpc_ptx() -> Option<String> {
     let Some(path) = std::env::var_os(PTX_ENV) else {
-        eprintln!("skipping: {PTX_ENV} is not set (path of a PTX file with `rpc_noop_kernel`, from the device build)");
+        skipped(&format!(
+            "{PTX_ENV} is not set (path of a PTX file with `rpc_noop_kernel`, from the device build)"
+        ));
         return None;
     };
     Some(std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{PTX_ENV}={}: {e}", path.to_string_lossy())))
@@ -130,7 +118,7 @@ fn rpc_ptx() -> Option<String> {
 #[test]
 fn missing_driver_is_a_clean_error() {
     if driver_available() {
-        eprintln!("skipping the no-driver check: libcuda is present; checking a bad ordinal instead");
+        eprintln!("libcuda is present: checking a bad ordinal instead of the missing driver");
         let e = CudaDevice::new(9999).unwrap_err();
         assert!(matches!(e, CudaError::Driver { .. }), "{e}");
         assert!(e.to_string().contains("CUDA device 9999"), "{e}");
@@ -221,7 +209,7 @@ fn launches_are_checked_against_the_kernel_signature() {
 
     let echo = module.kernel("desc_echo").unwrap();
     if echo.param_sizes().is_none() {
-        eprintln!("skipping the signature checks: the driver does not report parameter sizes");
+        skipped("the driver does not report parameter sizes (CUDA < 12.4)");
         return;
     }
     let e = launch(&echo, &Launch::default(), &d, &[]).unwrap_err();
@@ -427,4 +415,86 @@ fn noop_kernel_serves_every_call() {
     assert_eq!(report.port_count, 2);
     // SAFETY: the launch has returned; the kernel is over.
     assert_eq!(unsafe { out.read_u64(63) }, 63 + iters as u64);
+}
+
+/// Kernels the caller launches with `cudarc` (its context, module, streams
+/// and `launch_builder`), served by one `Serve`: two streams, launches of
+/// different shapes (a partial warp included), every thread's result checked
+/// in `cudarc` device memory.
+#[test]
+fn serve_runs_kernels_launched_with_cudarc() {
+    use cudarc::driver::{LaunchConfig, PushKernelArg};
+    use cudarc::nvrtc::Ptx;
+    use rpc_runtime::cuda::{Serve, ServeConfig};
+    let Some(dev) = gpu() else { return };
+    let Some(ptx) = rpc_ptx() else { return };
+    let ctx = dev.context().clone();
+    let module = ctx.load_module(Ptx::from_src(ptx)).unwrap();
+    let f = module.load_function("rpc_noop_kernel").unwrap();
+    let d = std::sync::Arc::new(quiet());
+    let cfg = ServeConfig {
+        port_count: 64,
+        server_threads: 2,
+    };
+    let rpc = Serve::start(&ctx, d.clone(), &cfg).unwrap();
+    assert_eq!(rpc.desc().port_count, 64);
+    let iters = 50u32;
+    let shapes = [(4u32, 96u32), (3, 33)];
+    let streams = [ctx.new_stream().unwrap(), ctx.new_stream().unwrap()];
+    let mut outs = Vec::new();
+    for (stream, &(blocks, threads)) in streams.iter().zip(&shapes) {
+        let mut out = stream.alloc_zeros::<u64>((blocks * threads) as usize).unwrap();
+        let mut launch = stream.launch_builder(&f);
+        launch.arg(rpc.desc()).arg(&iters).arg(&mut out);
+        let lc = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: (descriptor by value, u32, pointer to one u64 per thread),
+        // as the kernel declares.
+        unsafe { launch.launch(lc) }.unwrap();
+        outs.push(out);
+    }
+    for (stream, out) in streams.iter().zip(&outs) {
+        stream.synchronize().unwrap();
+        let got = stream.clone_dtoh(out).unwrap();
+        for (i, &x) in got.iter().enumerate() {
+            assert_eq!(x, i as u64 + iters as u64, "thread {i}");
+        }
+    }
+    let busy = rpc.region().busy_ports().unwrap();
+    assert!(busy.is_empty(), "{busy:?}");
+    let report = rpc.finish().unwrap();
+    let warps: u64 = shapes.iter().map(|&(b, t)| (b * t.div_ceil(32)) as u64).sum();
+    assert_eq!(report.errors, 0, "{:?}", d.errors());
+    assert_eq!(
+        report.calls,
+        warps * iters as u64,
+        "one warp-call per warp and iteration"
+    );
+    assert_eq!(report.port_count, 64);
+}
+
+/// `DeviceBuffer` both ways: host to device, device to host.
+#[test]
+fn device_buffer_copies_both_ways() {
+    use rpc_runtime::cuda::DeviceBuffer;
+    let Some(dev) = gpu() else { return };
+    let buf = DeviceBuffer::new(&dev, 1000).unwrap();
+    assert_eq!(buf.to_vec().unwrap(), vec![0u8; 1000], "zeroed");
+    let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
+    buf.copy_from(&data[..999]).unwrap();
+    let mut want = data.clone();
+    want[999] = 0;
+    assert_eq!(buf.to_vec().unwrap(), want);
+    let pinned = PinnedBuffer::new(&dev, 1000).unwrap();
+    buf.copy_to(&pinned).unwrap();
+    // SAFETY: no kernel uses the buffer.
+    assert_eq!(unsafe { pinned.as_slice() }, &want[..]);
+    let e = buf.copy_from(&[0u8; 1001]).unwrap_err();
+    assert!(
+        e.to_string().contains("1001 bytes into a 1000-byte device buffer"),
+        "{e}"
+    );
 }

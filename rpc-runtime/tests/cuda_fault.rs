@@ -6,7 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use rpc_runtime::cuda::{driver_available, launch_with_region, CudaDevice, CudaError, CudaRegion, Launch, Module};
+mod support;
+
+use rpc_runtime::cuda::{launch_with_region, CudaError, CudaRegion, Launch, Module};
 use rpc_runtime::server::{Dispatcher, ServerConfig};
 
 /// `trap_kernel(desc: ClientDesc)`: every thread executes `trap`.
@@ -26,17 +28,8 @@ const TRAP_PTX: &str = r#"
 
 #[test]
 fn a_trapping_kernel_is_a_sticky_kernel_error_and_nothing_hangs() {
-    if !driver_available() {
-        eprintln!("skipping: libcuda could not be loaded (no NVIDIA driver on this machine)");
+    let Some(dev) = support::gpu() else {
         return;
-    }
-    let dev = match CudaDevice::new(0) {
-        Ok(d) => d,
-        Err(CudaError::Driver { name, .. }) if name == "CUDA_ERROR_NO_DEVICE" => {
-            eprintln!("skipping: the NVIDIA driver is installed but reports no CUDA device");
-            return;
-        }
-        Err(e) => panic!("CUDA device 0 unusable: {e}"),
     };
     let module = Module::from_ptx(&dev, TRAP_PTX).unwrap();
     let kernel = module.kernel("trap_kernel").unwrap();

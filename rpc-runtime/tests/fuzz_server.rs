@@ -129,30 +129,37 @@ static METHODS: [MethodInfo; 7] = [
     MethodInfo {
         desc: &ECHO,
         path: "Fuzz::echo",
+        module: module_path!(),
     },
     MethodInfo {
         desc: &TEXT,
         path: "Fuzz::text",
+        module: module_path!(),
     },
     MethodInfo {
         desc: &FILL,
         path: "Fuzz::fill",
+        module: module_path!(),
     },
     MethodInfo {
         desc: &FLAGS,
         path: "Fuzz::flags",
+        module: module_path!(),
     },
     MethodInfo {
         desc: &LOG,
         path: "Fuzz::log",
+        module: module_path!(),
     },
     MethodInfo {
         desc: &BIG,
         path: "Fuzz::big",
+        module: module_path!(),
     },
     MethodInfo {
         desc: &WIDE,
         path: "Fuzz::wide",
+        module: module_path!(),
     },
 ];
 
@@ -283,7 +290,7 @@ impl<'r> Device<'r> {
         let mut spins = 0u32;
         while !self.owned(port) {
             spins += 1;
-            if spins % 256 == 0 {
+            if spins.is_multiple_of(256) {
                 // Acquire: pairs with the server thread's release store, so
                 // its last flip is visible to the check below.
                 if self.server_done.load(Ordering::Acquire) && !self.owned(port) {

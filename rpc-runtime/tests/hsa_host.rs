@@ -3,6 +3,8 @@
 //! AQL packet encoding and kernel-argument layout.
 #![cfg(feature = "hsa")]
 
+mod support;
+
 use std::mem::{offset_of, size_of};
 use std::path::PathBuf;
 
@@ -67,9 +69,9 @@ fn built_code_objects() -> Vec<(String, PathBuf)> {
 fn real_code_object_lists_its_kernels() {
     let found = built_code_objects();
     if found.is_empty() {
-        eprintln!(
-            "SKIPPED: no code object built yet (run `cargo test -p rpc-build --test amdgcn_rpc` with the device \
-             toolchain, or set GPU_RPC_TEST_HSACO)"
+        support::skipped(
+            "no code object built yet (run `cargo test -p rpc-build --test amdgcn_rpc` with the device \
+             toolchain, or set GPU_RPC_TEST_HSACO)",
         );
         return;
     }

@@ -4,12 +4,14 @@
 //! return.
 #![cfg(feature = "hsa")]
 
+mod support;
+
 use rpc_runtime::hsa::{runtime_available, HsaDevice, HsaError, LIBRARY_NAMES};
 
 #[test]
 fn device_new_without_runtime_is_a_clear_error() {
     if runtime_available() {
-        eprintln!("SKIPPED: libhsa-runtime64 is installed here; the missing-library path cannot be observed");
+        support::skipped("libhsa-runtime64 is installed here; the missing-library path cannot be observed");
         let _ = HsaDevice::new(0);
         return;
     }

@@ -356,10 +356,12 @@ static METHODS: [MethodInfo; 2] = [
     MethodInfo {
         desc: &MIX,
         path: "Simt::mix",
+        module: module_path!(),
     },
     MethodInfo {
         desc: &LOG,
         path: "Simt::log",
+        module: module_path!(),
     },
 ];
 
@@ -794,7 +796,7 @@ fn sim_rendezvous_exchange_values() {
         let all = 0xffff_ffff;
         assert_eq!(lanes::LANE_SIZE, 32);
         assert_eq!(lanes::lane_id(), lane);
-        assert_eq!(lanes::ballot(all, lane % 2 == 0), 0x5555_5555);
+        assert_eq!(lanes::ballot(all, lane.is_multiple_of(2)), 0x5555_5555);
         assert_eq!(lanes::broadcast(all, 100 + lane), 100);
         // Two halves, each its own rendezvous (different masks).
         let half = if lane < 16 { 0xffff } else { 0xffff_0000 };
@@ -820,7 +822,7 @@ fn sim_groups_lanes_from_different_call_sites() {
     let mixed = AtomicU64::new(0);
     let stats = sim::run_warp(3, |lane| {
         for i in 0..20 {
-            let (m, site) = if (lane + i) % 2 == 0 {
+            let (m, site) = if (lane + i).is_multiple_of(2) {
                 (lanes::lane_mask(), 0)
             } else {
                 (lanes::lane_mask(), 1)

@@ -37,7 +37,7 @@ impl Value<'_> {
 /// know, a `char` that is not a scalar value, or text lengths that exceed the
 /// text sent.
 fn decode<'t>(words: &[u64], text: &'t [u8]) -> Result<Vec<Value<'t>>, IoError> {
-    if words.len() % 2 != 0 {
+    if !words.len().is_multiple_of(2) {
         return Err(IoError::EINVAL);
     }
     let mut at = 0usize;

@@ -220,9 +220,9 @@ impl<T: DevicePrint + ?Sized> DevicePrint for &mut T {
     }
 }
 
-/// Bit of [`Std::print`]'s `flags`: end the line with `'\n'`.
+/// Bit of [`Std::print`](super::Std::print)'s `flags`: end the line with `'\n'`.
 pub const PRINT_NEWLINE: u32 = 1;
-/// Bit of [`Std::print`]'s `flags`: the device cut its text arguments (they
+/// Bit of [`Std::print`](super::Std::print)'s `flags`: the device cut its text arguments (they
 /// exceeded [`LINE_MAX`] bytes together); the host marks the line truncated.
 pub const PRINT_TEXT_CUT: u32 = 2;
 

@@ -14,10 +14,11 @@ use crate::protocol::{Buffer, Layout, BUFFER_BYTES};
 /// it (the client lock words are not used).
 ///
 /// ```
-/// use rpc_runtime::cpu::{RawDevice, Region};
-/// use rpc_runtime::protocol::{opcodes, Buffer, Layout};
-/// use rpc_runtime::server::{Dispatcher, ServerConfig};
-/// use rpc_runtime::Status;
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::cpu::{RawDevice, Region};
+/// use gpu_rpc::protocol::{opcodes, Buffer, Layout};
+/// use gpu_rpc::server::{Dispatcher, ServerConfig};
+/// use gpu_rpc::Status;
 /// let region = Region::new(Layout::new(1, 1).unwrap());
 /// // SAFETY: nothing else uses the region while the test writes it.
 /// let dev = unsafe { RawDevice::new(&region) };
@@ -50,14 +51,14 @@ impl<'r> RawDevice<'r> {
     }
 
     fn u32_at(&self, off: usize) -> &AtomicU32 {
-        assert!(off + 4 <= self.layout.allocation_size() && off % 4 == 0);
+        assert!(off + 4 <= self.layout.allocation_size() && off.is_multiple_of(4));
         // SAFETY: in bounds and aligned (checked above); the region lives for
         // 'r and its words are only accessed atomically.
         unsafe { &*(self.base.add(off) as *const AtomicU32) }
     }
 
     fn u64_at(&self, off: usize) -> &AtomicU64 {
-        assert!(off + 8 <= self.layout.allocation_size() && off % 8 == 0);
+        assert!(off + 8 <= self.layout.allocation_size() && off.is_multiple_of(8));
         // SAFETY: as in `u32_at`.
         unsafe { &*(self.base.add(off) as *const AtomicU64) }
     }

@@ -6,8 +6,9 @@ use super::*;
 /// without panicking).
 ///
 /// ```
+/// # use rpc_runtime as gpu_rpc;
 /// // Never panics, with or without a GPU.
-/// let _ = rpc_runtime::cuda::driver_available();
+/// let _ = gpu_rpc::cuda::driver_available();
 /// ```
 pub fn driver_available() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
@@ -33,9 +34,10 @@ pub(super) fn ensure_driver() -> Result<(), CudaError> {
 /// other user of that device in the process. Cheap to clone.
 ///
 /// ```no_run
-/// let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
+/// # use rpc_runtime as gpu_rpc;
+/// let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
 /// println!("{} (sm_{}{}, {} SMs)", dev.name()?, dev.compute_capability()?.0, dev.compute_capability()?.1, dev.sm_count()?);
-/// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+/// # Ok::<(), gpu_rpc::cuda::CudaError>(())
 /// ```
 #[derive(Clone)]
 pub struct CudaDevice {
@@ -56,9 +58,10 @@ impl CudaDevice {
     /// has a warp size other than 32.
     ///
     /// ```
+    /// # use rpc_runtime as gpu_rpc;
     /// // On a machine without the NVIDIA driver this is an error, not a panic.
-    /// if !rpc_runtime::cuda::driver_available() {
-    ///     let e = rpc_runtime::cuda::CudaDevice::new(0).unwrap_err();
+    /// if !gpu_rpc::cuda::driver_available() {
+    ///     let e = gpu_rpc::cuda::CudaDevice::new(0).unwrap_err();
     ///     assert!(e.to_string().contains("libcuda could not be loaded"));
     /// }
     /// ```
@@ -66,6 +69,28 @@ impl CudaDevice {
         ensure_driver()?;
         let what = format!("creating a context on CUDA device {ordinal}");
         let ctx = guard(&what, || CudaContext::new(ordinal))?;
+        CudaDevice::checked(ctx)
+    }
+
+    /// The backend on a context the caller already has (a program that
+    /// uses `cudarc`): regions, buffers and modules made from it live in that
+    /// context, and kernels the caller launches there can use them. Fails
+    /// cleanly when the device cannot serve (warp size other than 32, no
+    /// mapping of pinned host memory).
+    ///
+    /// ```no_run
+    /// # use rpc_runtime as gpu_rpc;
+    /// let ctx = cudarc::driver::CudaContext::new(0)?;
+    /// let dev = gpu_rpc::cuda::CudaDevice::from_context(&ctx)?;
+    /// assert_eq!(dev.ordinal(), ctx.ordinal());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_context(ctx: &Arc<CudaContext>) -> Result<CudaDevice, CudaError> {
+        CudaDevice::checked(Arc::clone(ctx))
+    }
+
+    fn checked(ctx: Arc<CudaContext>) -> Result<CudaDevice, CudaError> {
+        let ordinal = ctx.ordinal();
         let device = CudaDevice { ctx, ordinal };
         let warp = device.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_WARP_SIZE)?;
         if warp != LANE_SIZE as i32 {
@@ -86,8 +111,9 @@ impl CudaDevice {
     /// Number of CUDA devices (an error when the driver cannot be loaded).
     ///
     /// ```no_run
-    /// println!("{} GPUs", rpc_runtime::cuda::CudaDevice::count()?);
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # use rpc_runtime as gpu_rpc;
+    /// println!("{} GPUs", gpu_rpc::cuda::CudaDevice::count()?);
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn count() -> Result<usize, CudaError> {
         ensure_driver()?;
@@ -99,9 +125,10 @@ impl CudaDevice {
     /// The CUDA version the driver supports, as `(major, minor)`.
     ///
     /// ```no_run
-    /// let (major, minor) = rpc_runtime::cuda::CudaDevice::driver_version()?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// let (major, minor) = gpu_rpc::cuda::CudaDevice::driver_version()?;
     /// assert!(major >= 12, "CUDA {major}.{minor}");
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn driver_version() -> Result<(u32, u32), CudaError> {
         ensure_driver()?;
@@ -117,8 +144,9 @@ impl CudaDevice {
     /// The device ordinal.
     ///
     /// ```no_run
-    /// assert_eq!(rpc_runtime::cuda::CudaDevice::new(0)?.ordinal(), 0);
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # use rpc_runtime as gpu_rpc;
+    /// assert_eq!(gpu_rpc::cuda::CudaDevice::new(0)?.ordinal(), 0);
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn ordinal(&self) -> usize {
         self.ordinal
@@ -127,8 +155,9 @@ impl CudaDevice {
     /// The device's name, e.g. `NVIDIA H200`.
     ///
     /// ```no_run
-    /// println!("{}", rpc_runtime::cuda::CudaDevice::new(0)?.name()?);
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # use rpc_runtime as gpu_rpc;
+    /// println!("{}", gpu_rpc::cuda::CudaDevice::new(0)?.name()?);
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn name(&self) -> Result<String, CudaError> {
         let dev = self.ctx.cu_device();
@@ -138,8 +167,9 @@ impl CudaDevice {
     /// Number of streaming multiprocessors.
     ///
     /// ```no_run
-    /// assert!(rpc_runtime::cuda::CudaDevice::new(0)?.sm_count()? > 0);
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # use rpc_runtime as gpu_rpc;
+    /// assert!(gpu_rpc::cuda::CudaDevice::new(0)?.sm_count()? > 0);
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn sm_count(&self) -> Result<u32, CudaError> {
         Ok(self
@@ -150,9 +180,10 @@ impl CudaDevice {
     /// Compute capability `(major, minor)`, e.g. `(9, 0)` for an H100/H200.
     ///
     /// ```no_run
-    /// let (major, minor) = rpc_runtime::cuda::CudaDevice::new(0)?.compute_capability()?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// let (major, minor) = gpu_rpc::cuda::CudaDevice::new(0)?.compute_capability()?;
     /// println!("sm_{major}{minor}");
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn compute_capability(&self) -> Result<(u32, u32), CudaError> {
         let major = self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
@@ -164,8 +195,9 @@ impl CudaDevice {
     /// must not be released.
     ///
     /// ```no_run
-    /// let ctx = rpc_runtime::cuda::CudaDevice::new(0)?.context().clone();
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # use rpc_runtime as gpu_rpc;
+    /// let ctx = gpu_rpc::cuda::CudaDevice::new(0)?.context().clone();
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx

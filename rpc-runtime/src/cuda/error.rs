@@ -96,7 +96,8 @@ pub enum CudaError {
     /// `DeviceBuild::max_registers`) or launch smaller blocks.
     ///
     /// ```
-    /// let e = rpc_runtime::cuda::CudaError::BlockTooLarge {
+    /// # use rpc_runtime as gpu_rpc;
+    /// let e = gpu_rpc::cuda::CudaError::BlockTooLarge {
     ///     kernel: "my_kernel".into(), threads: 1024, max_threads: 384, registers: 168,
     /// };
     /// assert_eq!(
@@ -228,7 +229,8 @@ impl CudaError {
     /// Whether this error left the CUDA context unusable.
     ///
     /// ```
-    /// use rpc_runtime::cuda::CudaError;
+    /// # use rpc_runtime as gpu_rpc;
+    /// use gpu_rpc::cuda::CudaError;
     /// let e = CudaError::NotPtx { reason: "empty".into() };
     /// assert!(!e.is_context_lost());
     /// ```

@@ -10,7 +10,8 @@ use super::*;
 /// [`device_ptr`](Self::device_ptr); freed on drop.
 ///
 /// ```no_run
-/// use rpc_runtime::cuda::{CudaDevice, MappedBuffer, PinnedBuffer};
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::cuda::{CudaDevice, MappedBuffer, PinnedBuffer};
 /// let dev = CudaDevice::new(0)?;
 /// let out = PinnedBuffer::new(&dev, 1024)?;
 /// assert_eq!(out.len(), 1024);
@@ -19,7 +20,7 @@ use super::*;
 /// // SAFETY: no kernel is running, so nothing writes the buffer.
 /// let bytes = unsafe { out.as_slice() };
 /// assert_eq!(bytes[0], 0);
-/// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+/// # Ok::<(), gpu_rpc::cuda::CudaError>(())
 /// ```
 pub struct PinnedBuffer {
     device: CudaDevice,
@@ -51,10 +52,11 @@ impl PinnedBuffer {
     /// `len` zeroed bytes (page-aligned) of pinned, mapped host memory.
     ///
     /// ```no_run
-    /// let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// let buf = rpc_runtime::cuda::PinnedBuffer::new(&dev, 4096)?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// let buf = gpu_rpc::cuda::PinnedBuffer::new(&dev, 4096)?;
     /// assert_ne!(buf.device_ptr(), 0);
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn new(device: &CudaDevice, len: usize) -> Result<PinnedBuffer, CudaError> {
         if len == 0 {
@@ -91,10 +93,11 @@ impl PinnedBuffer {
     /// The host address (page-aligned).
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// let buf = rpc_runtime::cuda::PinnedBuffer::new(&dev, 64)?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// let buf = gpu_rpc::cuda::PinnedBuffer::new(&dev, 64)?;
     /// assert_eq!(buf.host_ptr() as usize % 64, 0);
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn host_ptr(&self) -> *mut u8 {
         self.host.as_ptr()
@@ -103,10 +106,11 @@ impl PinnedBuffer {
     /// The address kernels use for this memory.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// let buf = rpc_runtime::cuda::PinnedBuffer::new(&dev, 64)?;
-    /// let arg = rpc_runtime::cuda::KernelArg::Ptr(buf.device_ptr());
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// let buf = gpu_rpc::cuda::PinnedBuffer::new(&dev, 64)?;
+    /// let arg = gpu_rpc::cuda::KernelArg::Ptr(buf.device_ptr());
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn device_ptr(&self) -> u64 {
         self.dptr
@@ -115,9 +119,10 @@ impl PinnedBuffer {
     /// Size in bytes.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// assert_eq!(rpc_runtime::cuda::PinnedBuffer::new(&dev, 8)?.len(), 8);
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// assert_eq!(gpu_rpc::cuda::PinnedBuffer::new(&dev, 8)?.len(), 8);
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn len(&self) -> usize {
         self.len
@@ -126,9 +131,10 @@ impl PinnedBuffer {
     /// Always false (a buffer has at least one byte).
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// assert!(!rpc_runtime::cuda::PinnedBuffer::new(&dev, 8)?.is_empty());
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// assert!(!gpu_rpc::cuda::PinnedBuffer::new(&dev, 8)?.is_empty());
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn is_empty(&self) -> bool {
         self.len == 0
@@ -211,16 +217,19 @@ impl Drop for DeviceWords {
 }
 
 /// Plain device memory (`cuMemAlloc`), zeroed, freed on drop: kernel inputs
-/// and the `cuMemcpyDtoH` baseline of the benchmarks.
+/// and outputs, and the copy baselines of the benchmarks.
 ///
 /// ```no_run
-/// use rpc_runtime::cuda::{CudaDevice, DeviceBuffer, PinnedBuffer};
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::cuda::{CudaDevice, DeviceBuffer, PinnedBuffer};
 /// let dev = CudaDevice::new(0)?;
-/// let src = DeviceBuffer::new(&dev, 4096)?;
+/// let buf = DeviceBuffer::new(&dev, 4096)?;
+/// buf.copy_from(&[7u8; 4096])?; // a synchronous cuMemcpyHtoD
 /// let dst = PinnedBuffer::new(&dev, 4096)?;
-/// let took = src.copy_to(&dst)?; // a synchronous cuMemcpyDtoH
+/// let took = buf.copy_to(&dst)?; // a synchronous cuMemcpyDtoH
 /// assert!(took.as_nanos() > 0);
-/// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+/// assert_eq!(buf.to_vec()?, vec![7u8; 4096]);
+/// # Ok::<(), gpu_rpc::cuda::CudaError>(())
 /// ```
 pub struct DeviceBuffer {
     words: DeviceWords,
@@ -256,6 +265,41 @@ impl DeviceBuffer {
     /// Whether the buffer is empty (never: at least one byte is allocated).
     pub fn is_empty(&self) -> bool {
         self.words.bytes == 0
+    }
+
+    /// Copy `src` into the first `src.len()` bytes with a synchronous
+    /// `cuMemcpyHtoD` (e.g. a kernel's input); returns how long the copy took.
+    /// A `src` longer than the buffer is an error, and nothing is copied.
+    pub fn copy_from(&self, src: &[u8]) -> Result<Duration, CudaError> {
+        if src.len() > self.words.bytes {
+            return Err(CudaError::config(format!(
+                "copy of {} bytes into a {}-byte device buffer",
+                src.len(),
+                self.words.bytes
+            )));
+        }
+        self.words.device.bind()?;
+        let dst = self.words.dptr;
+        let t0 = Instant::now();
+        // SAFETY: `dst` holds at least `src.len()` bytes of this context's
+        // device memory; the copy is synchronous, so `src` outlives it.
+        guard("copying host memory to the device", || unsafe {
+            result::memcpy_htod_sync(dst, src)
+        })?;
+        Ok(t0.elapsed())
+    }
+
+    /// The whole buffer, copied to the host (a synchronous `cuMemcpyDtoH`).
+    pub fn to_vec(&self) -> Result<Vec<u8>, CudaError> {
+        self.words.device.bind()?;
+        let mut out = vec![0u8; self.words.bytes];
+        let src = self.words.dptr;
+        // SAFETY: `src` holds `out.len()` bytes of this context's device
+        // memory; `out` is ours and the copy is synchronous.
+        guard("copying device memory to the host", || unsafe {
+            result::memcpy_dtoh_sync(&mut out, src)
+        })?;
+        Ok(out)
     }
 
     /// Copy the first `dst.len()` bytes to `dst` with a synchronous
@@ -330,13 +374,14 @@ impl CudaDevice {
 /// words in host memory. Lanes per packet: [`LANE_SIZE`] (32).
 ///
 /// ```no_run
-/// use rpc_runtime::cuda::{CudaDevice, CudaRegion};
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::cuda::{CudaDevice, CudaRegion};
 /// let dev = CudaDevice::new(0)?;
 /// let region = CudaRegion::new(&dev, 64)?;
 /// let desc = region.client_desc(); // pass to the kernel
 /// assert_eq!((desc.port_count, desc.lane_size), (64, 32));
 /// assert!(region.is_quiescent()?);
-/// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+/// # Ok::<(), gpu_rpc::cuda::CudaError>(())
 /// ```
 pub struct CudaRegion {
     device: CudaDevice,
@@ -359,15 +404,16 @@ impl CudaRegion {
     /// A region of `port_count` ports (1 ..= [`MAX_PORTS`]) of 32 lanes.
     ///
     /// ```no_run
-    /// let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// let region = rpc_runtime::cuda::CudaRegion::new(&dev, 4096)?;
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # use rpc_runtime as gpu_rpc;
+    /// let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// let region = gpu_rpc::cuda::CudaRegion::new(&dev, 4096)?;
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn new(device: &CudaDevice, port_count: u32) -> Result<CudaRegion, CudaError> {
         let layout = Layout::new(port_count, LANE_SIZE)
             .ok_or_else(|| CudaError::config(format!("port count {port_count} is not in 1..={MAX_PORTS}")))?;
         let shared = PinnedBuffer::new(device, layout.allocation_size())?;
-        if shared.host_ptr() as usize % 64 != 0 || shared.device_ptr() % 64 != 0 {
+        if !(shared.host_ptr() as usize).is_multiple_of(64) || !shared.device_ptr().is_multiple_of(64) {
             return Err(CudaError::config(
                 "the driver returned a shared region that is not 64-byte aligned",
             ));
@@ -386,10 +432,11 @@ impl CudaRegion {
     /// The layout (`port_count` ports, 32 lanes).
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// let region = rpc_runtime::cuda::CudaRegion::new(&dev, 8)?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// let region = gpu_rpc::cuda::CudaRegion::new(&dev, 8)?;
     /// assert_eq!(region.layout().lane_size(), 32);
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn layout(&self) -> Layout {
         self.layout
@@ -398,10 +445,11 @@ impl CudaRegion {
     /// The device the region belongs to.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// let region = rpc_runtime::cuda::CudaRegion::new(&dev, 8)?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// let region = gpu_rpc::cuda::CudaRegion::new(&dev, 8)?;
     /// assert_eq!(region.device().ordinal(), 0);
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn device(&self) -> &CudaDevice {
         &self.device
@@ -411,10 +459,11 @@ impl CudaRegion {
     /// region and of the client lock words.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// let region = rpc_runtime::cuda::CudaRegion::new(&dev, 8)?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// let region = gpu_rpc::cuda::CudaRegion::new(&dev, 8)?;
     /// assert_eq!(region.client_desc().shared, region.device_ptr());
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn client_desc(&self) -> ClientDesc {
         ClientDesc {
@@ -428,10 +477,11 @@ impl CudaRegion {
     /// The server side, over the host address of the region.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// let region = rpc_runtime::cuda::CudaRegion::new(&dev, 8)?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// let region = gpu_rpc::cuda::CudaRegion::new(&dev, 8)?;
     /// assert!(!region.server().pending(0));
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn server(&self) -> Server<'_> {
         // SAFETY: the region is laid out by `layout`, page-aligned, zeroed at
@@ -453,10 +503,11 @@ impl CudaRegion {
     /// Meaningful only when no kernel is running.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// let region = rpc_runtime::cuda::CudaRegion::new(&dev, 8)?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// let region = gpu_rpc::cuda::CudaRegion::new(&dev, 8)?;
     /// assert!(region.is_quiescent()?);
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn is_quiescent(&self) -> Result<bool, CudaError> {
         let clients_clear = crate::protocol::client_locks_released(&self.client_locks.read()?);
@@ -470,10 +521,11 @@ impl CudaRegion {
     /// making progress.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// let region = rpc_runtime::cuda::CudaRegion::new(&dev, 8)?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// let region = gpu_rpc::cuda::CudaRegion::new(&dev, 8)?;
     /// assert!(region.busy_ports()?.is_empty());
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn busy_ports(&self) -> Result<Vec<crate::protocol::PortSnapshot>, CudaError> {
         let words = self.client_locks.read()?;
@@ -485,10 +537,11 @@ impl CudaRegion {
     /// the protocol's invariants).
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// let region = rpc_runtime::cuda::CudaRegion::new(&dev, 8)?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// let region = gpu_rpc::cuda::CudaRegion::new(&dev, 8)?;
     /// assert!(!region.host_ptr().is_null());
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn host_ptr(&self) -> *mut u8 {
         self.shared.host_ptr()
@@ -497,10 +550,11 @@ impl CudaRegion {
     /// Device address of the shared region.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// let region = rpc_runtime::cuda::CudaRegion::new(&dev, 8)?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// let region = gpu_rpc::cuda::CudaRegion::new(&dev, 8)?;
     /// assert_ne!(region.device_ptr(), 0);
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn device_ptr(&self) -> u64 {
         self.shared.device_ptr()

@@ -56,11 +56,12 @@ pub(super) fn ptx_entries(text: &str) -> Vec<String> {
 /// A PTX module loaded into a device's context; unloaded on drop.
 ///
 /// ```no_run
-/// use rpc_runtime::cuda::{CudaDevice, Module};
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::cuda::{CudaDevice, Module};
 /// let dev = CudaDevice::new(0)?;
 /// let module = Module::from_ptx(&dev, ".version 7.8\n.target sm_90\n.address_size 64\n.visible .entry k() { ret; }\n")?;
 /// assert_eq!(module.entries(), ["k"]);
-/// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+/// # Ok::<(), gpu_rpc::cuda::CudaError>(())
 /// ```
 pub struct Module {
     device: CudaDevice,
@@ -91,10 +92,11 @@ impl Module {
     /// [`CudaError::InvalidPtx`] with the JIT compiler's log.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// let err = rpc_runtime::cuda::Module::from_ptx(&dev, "hello").unwrap_err();
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// let err = gpu_rpc::cuda::Module::from_ptx(&dev, "hello").unwrap_err();
     /// assert!(err.to_string().contains("not PTX"));
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn from_ptx(device: &CudaDevice, ptx: &str) -> Result<Module, CudaError> {
         check_ptx(ptx)?;
@@ -167,9 +169,10 @@ impl Module {
     /// [`from_ptx`](Self::from_ptx) on the contents of a file.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// let module = rpc_runtime::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// let module = gpu_rpc::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn from_ptx_file(device: &CudaDevice, path: impl AsRef<Path>) -> Result<Module, CudaError> {
         let path = path.as_ref();
@@ -189,12 +192,13 @@ impl Module {
     /// The `.entry` names declared in the PTX text.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// # let module = rpc_runtime::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// # let module = gpu_rpc::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
     /// for name in module.entries() {
     ///     println!("{name}");
     /// }
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn entries(&self) -> &[String] {
         &self.entries
@@ -203,10 +207,11 @@ impl Module {
     /// The device the module is loaded on.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// # let module = rpc_runtime::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// # let module = gpu_rpc::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
     /// assert_eq!(module.device().ordinal(), 0);
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn device(&self) -> &CudaDevice {
         &self.device
@@ -216,11 +221,12 @@ impl Module {
     /// has none of that name).
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// # let module = rpc_runtime::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// # let module = gpu_rpc::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
     /// let err = module.kernel("no_such_kernel").unwrap_err();
     /// assert!(err.to_string().contains("kernel `no_such_kernel` not found in module"));
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn kernel(&self, name: &str) -> Result<Kernel<'_>, CudaError> {
         let not_found = || CudaError::KernelNotFound {
@@ -283,11 +289,12 @@ pub(super) fn param_sizes(func: sys::CUfunction) -> Option<Vec<usize>> {
 /// One entry point of a [`Module`].
 ///
 /// ```no_run
-/// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-/// # let module = rpc_runtime::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
+/// # use rpc_runtime as gpu_rpc;
+/// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+/// # let module = gpu_rpc::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
 /// let kernel = module.kernel("rpc_noop_kernel")?;
 /// assert_eq!(kernel.param_sizes(), Some(&[24, 4, 8][..]));
-/// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+/// # Ok::<(), gpu_rpc::cuda::CudaError>(())
 /// ```
 pub struct Kernel<'m> {
     pub(super) module: &'m Module,
@@ -327,11 +334,12 @@ impl Kernel<'_> {
     /// Its registers, local memory and largest block on this device.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// # let module = rpc_runtime::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// # let module = gpu_rpc::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
     /// let r = module.kernel("rpc_noop_kernel")?.resources()?;
     /// assert!(r.registers <= 64 && r.max_threads_per_block == 1024);
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn resources(&self) -> Result<KernelResources, CudaError> {
         use sys::CUfunction_attribute_enum as A;
@@ -374,10 +382,11 @@ impl Kernel<'_> {
     /// The kernel's name.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// # let module = rpc_runtime::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// # let module = gpu_rpc::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
     /// assert_eq!(module.kernel("rpc_noop_kernel")?.name(), "rpc_noop_kernel");
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn name(&self) -> &str {
         &self.name
@@ -386,11 +395,12 @@ impl Kernel<'_> {
     /// The module it belongs to.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// # let module = rpc_runtime::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// # let module = gpu_rpc::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
     /// let k = module.kernel("rpc_noop_kernel")?;
     /// assert!(k.module().entries().contains(&"rpc_noop_kernel".to_string()));
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn module(&self) -> &Module {
         self.module
@@ -400,12 +410,13 @@ impl Kernel<'_> {
     /// `None` when the driver cannot tell (then launches are not checked).
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::cuda::CudaDevice::new(0)?;
-    /// # let module = rpc_runtime::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// # let module = gpu_rpc::cuda::Module::from_ptx_file(&dev, "kernels.ptx")?;
     /// if let Some(sizes) = module.kernel("rpc_noop_kernel")?.param_sizes() {
     ///     assert_eq!(sizes[0], 24); // the ClientDesc
     /// }
-    /// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
     /// ```
     pub fn param_sizes(&self) -> Option<&[usize]> {
         self.params.as_deref()

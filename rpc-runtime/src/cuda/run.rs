@@ -7,7 +7,8 @@ use super::*;
 /// How to launch a kernel and serve it.
 ///
 /// ```
-/// use rpc_runtime::cuda::Launch;
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::cuda::Launch;
 /// let l = Launch { grid: (2, 1, 1), block: (96, 1, 1), ..Launch::default() };
 /// assert_eq!(l.warps(), 2 * 3);
 /// assert_eq!(l.server_threads, 2);
@@ -48,7 +49,8 @@ impl Launch {
     /// Warps in the grid (`blocks × ceil(threads per block / 32)`).
     ///
     /// ```
-    /// let l = rpc_runtime::cuda::Launch { grid: (4, 2, 1), block: (33, 1, 1), ..Default::default() };
+    /// # use rpc_runtime as gpu_rpc;
+    /// let l = gpu_rpc::cuda::Launch { grid: (4, 2, 1), block: (33, 1, 1), ..Default::default() };
     /// assert_eq!(l.warps(), 8 * 2);
     /// ```
     pub fn warps(&self) -> u64 {
@@ -65,63 +67,6 @@ impl Launch {
             )));
         }
         Ok(())
-    }
-}
-
-/// A non-blocking stream, destroyed on drop.
-pub(super) struct Stream<'d> {
-    device: &'d CudaDevice,
-    raw: sys::CUstream,
-}
-
-impl<'d> Stream<'d> {
-    fn new(device: &'d CudaDevice) -> Result<Self, CudaError> {
-        device.bind()?;
-        let raw = guard("creating a stream", || {
-            result::stream::create(result::stream::StreamKind::NonBlocking)
-        })?;
-        Ok(Stream { device, raw })
-    }
-}
-
-impl Drop for Stream<'_> {
-    fn drop(&mut self) {
-        let _ = self.device.bind();
-        let raw = self.raw;
-        // SAFETY: created in `new`, destroyed once; its work has completed or
-        // died (launches wait for it).
-        let _ = raw_guard("destroying a stream", || unsafe { result::stream::destroy(raw) });
-    }
-}
-
-/// A timing event, destroyed on drop.
-pub(super) struct Event<'d> {
-    device: &'d CudaDevice,
-    raw: sys::CUevent,
-}
-
-impl<'d> Event<'d> {
-    fn new(device: &'d CudaDevice) -> Result<Self, CudaError> {
-        device.bind()?;
-        let raw = guard("creating an event", || {
-            result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
-        })?;
-        Ok(Event { device, raw })
-    }
-
-    fn record(&self, stream: &Stream<'_>) -> Result<(), CudaError> {
-        let (e, s) = (self.raw, stream.raw);
-        // SAFETY: both handles are live and belong to the current context.
-        guard("recording an event", || unsafe { result::event::record(e, s) })
-    }
-}
-
-impl Drop for Event<'_> {
-    fn drop(&mut self) {
-        let _ = self.device.bind();
-        let raw = self.raw;
-        // SAFETY: created in `new`, destroyed once.
-        let _ = raw_guard("destroying an event", || unsafe { result::event::destroy(raw) });
     }
 }
 
@@ -182,12 +127,16 @@ pub(super) fn run_kernel(
     params: &mut [*mut c_void],
 ) -> Result<Option<Duration>, CudaError> {
     kernel.check_block(launch)?;
-    let stream = Stream::new(device)?;
-    let start = Event::new(device)?;
-    let stop = Event::new(device)?;
-    start.record(&stream)?;
+    // cudarc's safe layer for the stream and the timing events; the launch
+    // itself goes through the raw layer, as `Kernel` holds a raw function
+    // (see `Module`).
+    let ctx = device.context();
+    device.bind()?;
+    let stream = guard("creating a stream", || ctx.new_stream())?;
+    let timed = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let start = guard("recording an event", || stream.record_event(timed))?;
     let func = kernel.func;
-    let s = stream.raw;
+    let s = stream.cu_stream();
     // SAFETY: `func` is a live function of a loaded module; `params` holds one
     // pointer per kernel parameter (checked against the driver's parameter
     // info when available), each to a value of the parameter's size that
@@ -206,7 +155,7 @@ pub(super) fn run_kernel(
             message,
         });
     }
-    let timing = stop.record(&stream);
+    let stop = guard("recording an event", || stream.record_event(timed));
     let waiting = Instant::now();
     loop {
         let state = raw_guard("waiting for a kernel", || {
@@ -227,14 +176,12 @@ pub(super) fn run_kernel(
             Err(e) => return Err(kernel_error(&kernel.name, e)),
         }
     }
-    if timing.is_err() {
+    let Ok(stop) = stop else {
         return Ok(None);
-    }
-    let (a, b) = (start.raw, stop.raw);
-    // SAFETY: both events were recorded on the finished stream.
-    let ms = raw_guard("reading the kernel time", || unsafe { result::event::elapsed(a, b) });
+    };
+    let ms = guard("reading the kernel time", || start.elapsed_ms(&stop));
     Ok(match ms {
-        Ok(Ok(ms)) if ms >= 0.0 => Some(Duration::from_secs_f64(ms as f64 / 1e3)),
+        Ok(ms) if ms >= 0.0 => Some(Duration::from_secs_f64(ms as f64 / 1e3)),
         _ => None,
     })
 }
@@ -254,8 +201,9 @@ pub(super) fn run_kernel(
 /// call: there is no timeout, as memory a running kernel uses cannot be freed.
 ///
 /// ```no_run
-/// use rpc_runtime::cuda::{launch, CudaDevice, KernelArg, Launch, Module, PinnedBuffer};
-/// use rpc_runtime::server::{Dispatcher, ServerConfig};
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::cuda::{launch, CudaDevice, KernelArg, Launch, Module, PinnedBuffer};
+/// use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// let dev = CudaDevice::new(0)?;
 /// let module = Module::from_ptx_file(&dev, "kernels.ptx")?;
 /// let kernel = module.kernel("rpc_noop_kernel")?;
@@ -263,7 +211,7 @@ pub(super) fn run_kernel(
 /// let d = Dispatcher::new(ServerConfig::default());
 /// let report = launch(&kernel, &Launch::default(), &d, &[KernelArg::U32(10), KernelArg::Ptr(out.device_ptr())])?;
 /// assert_eq!(report.errors, 0);
-/// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+/// # Ok::<(), gpu_rpc::cuda::CudaError>(())
 /// ```
 pub fn launch(
     kernel: &Kernel<'_>,
@@ -284,8 +232,9 @@ pub fn launch(
 /// one launch after another as long as every kernel left its ports idle.
 ///
 /// ```no_run
-/// use rpc_runtime::cuda::{launch_with_region, CudaDevice, CudaRegion, KernelArg, Launch, Module, PinnedBuffer};
-/// use rpc_runtime::server::{Dispatcher, ServerConfig};
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::cuda::{launch_with_region, CudaDevice, CudaRegion, KernelArg, Launch, Module, PinnedBuffer};
+/// use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// let dev = CudaDevice::new(0)?;
 /// let module = Module::from_ptx_file(&dev, "kernels.ptx")?;
 /// let kernel = module.kernel("rpc_noop_kernel")?;
@@ -295,7 +244,7 @@ pub fn launch(
 /// let cfg = Launch { grid: (4, 1, 1), block: (64, 1, 1), server_threads: 2, ..Launch::default() };
 /// launch_with_region(&region, &kernel, &cfg, &d, &[KernelArg::U32(10), KernelArg::Ptr(out.device_ptr())])?;
 /// assert!(region.is_quiescent()?);
-/// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+/// # Ok::<(), gpu_rpc::cuda::CudaError>(())
 /// ```
 pub fn launch_with_region(
     region: &CudaRegion,
@@ -367,8 +316,9 @@ impl Params {
 /// device, as CUDA's sticky errors do). Returns one result per job, in order.
 ///
 /// ```no_run
-/// use rpc_runtime::cuda::{launch_many, CudaDevice, CudaRegion, Job, KernelArg, Launch, Module, PinnedBuffer};
-/// use rpc_runtime::server::{Dispatcher, ServerConfig};
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::cuda::{launch_many, CudaDevice, CudaRegion, Job, KernelArg, Launch, Module, PinnedBuffer};
+/// use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// let dev = CudaDevice::new(0)?;
 /// let module = Module::from_ptx_file(&dev, "kernels.ptx")?;
 /// let kernel = module.kernel("rpc_noop_kernel")?;
@@ -384,7 +334,7 @@ impl Params {
 /// for r in launch_many(&jobs) {
 ///     assert_eq!(r?.calls, 32 * 10);
 /// }
-/// # Ok::<(), rpc_runtime::cuda::CudaError>(())
+/// # Ok::<(), gpu_rpc::cuda::CudaError>(())
 /// ```
 pub fn launch_many(jobs: &[Job<'_, '_>]) -> Vec<Result<Report, CudaError>> {
     let start = Instant::now();

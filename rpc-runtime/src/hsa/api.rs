@@ -159,8 +159,9 @@ pub(super) fn api() -> Result<&'static Api, HsaError> {
 /// machine (probed once, never panics).
 ///
 /// ```
+/// # use rpc_runtime as gpu_rpc;
 /// // With or without ROCm, this only answers.
-/// let _ = rpc_runtime::hsa::runtime_available();
+/// let _ = gpu_rpc::hsa::runtime_available();
 /// ```
 pub fn runtime_available() -> bool {
     api().is_ok()

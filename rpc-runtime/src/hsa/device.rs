@@ -20,9 +20,10 @@ pub(super) struct DeviceInner {
 /// on it. Cheap to clone.
 ///
 /// ```no_run
-/// let dev = rpc_runtime::hsa::HsaDevice::new(0)?;
+/// # use rpc_runtime as gpu_rpc;
+/// let dev = gpu_rpc::hsa::HsaDevice::new(0)?;
 /// println!("{} ({} CUs, wave{})", dev.name(), dev.compute_units(), dev.wavefront_size());
-/// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+/// # Ok::<(), gpu_rpc::hsa::HsaError>(())
 /// ```
 #[derive(Clone)]
 pub struct HsaDevice {
@@ -65,9 +66,10 @@ impl HsaDevice {
     /// fine-grained memory pool the GPU can access ([`HsaError::Unsupported`]).
     ///
     /// ```
+    /// # use rpc_runtime as gpu_rpc;
     /// // On a machine without ROCm this is an error that says what to install.
-    /// if !rpc_runtime::hsa::runtime_available() {
-    ///     let e = rpc_runtime::hsa::HsaDevice::new(0).unwrap_err();
+    /// if !gpu_rpc::hsa::runtime_available() {
+    ///     let e = gpu_rpc::hsa::HsaDevice::new(0).unwrap_err();
     ///     assert!(e.to_string().contains("libhsa-runtime64"));
     /// }
     /// ```
@@ -132,8 +134,9 @@ impl HsaDevice {
     /// runtime cannot be loaded).
     ///
     /// ```no_run
-    /// println!("{} AMD GPUs", rpc_runtime::hsa::HsaDevice::count()?);
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+    /// # use rpc_runtime as gpu_rpc;
+    /// println!("{} AMD GPUs", gpu_rpc::hsa::HsaDevice::count()?);
+    /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn count() -> Result<usize, HsaError> {
         Ok(gpu_agents(api()?)?.0.len())
@@ -142,8 +145,9 @@ impl HsaDevice {
     /// The index this device was opened with.
     ///
     /// ```no_run
-    /// assert_eq!(rpc_runtime::hsa::HsaDevice::new(0)?.index(), 0);
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+    /// # use rpc_runtime as gpu_rpc;
+    /// assert_eq!(gpu_rpc::hsa::HsaDevice::new(0)?.index(), 0);
+    /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn index(&self) -> usize {
         self.inner.index
@@ -152,8 +156,9 @@ impl HsaDevice {
     /// The agent's name: its processor, e.g. `gfx90a` or `gfx942`.
     ///
     /// ```no_run
-    /// assert!(rpc_runtime::hsa::HsaDevice::new(0)?.name().starts_with("gfx"));
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+    /// # use rpc_runtime as gpu_rpc;
+    /// assert!(gpu_rpc::hsa::HsaDevice::new(0)?.name().starts_with("gfx"));
+    /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -162,8 +167,9 @@ impl HsaDevice {
     /// Work-items per wavefront (64 on CDNA, 32 on RDNA by default).
     ///
     /// ```no_run
-    /// assert_eq!(rpc_runtime::hsa::HsaDevice::new(0)?.wavefront_size(), 64);
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+    /// # use rpc_runtime as gpu_rpc;
+    /// assert_eq!(gpu_rpc::hsa::HsaDevice::new(0)?.wavefront_size(), 64);
+    /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn wavefront_size(&self) -> u32 {
         self.inner.wavefront_size
@@ -172,8 +178,9 @@ impl HsaDevice {
     /// Compute units (0 when the runtime does not say).
     ///
     /// ```no_run
-    /// println!("{}", rpc_runtime::hsa::HsaDevice::new(0)?.compute_units());
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+    /// # use rpc_runtime as gpu_rpc;
+    /// println!("{}", gpu_rpc::hsa::HsaDevice::new(0)?.compute_units());
+    /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn compute_units(&self) -> u32 {
         self.inner.compute_units

@@ -35,13 +35,14 @@ pub(super) fn pool_alloc(
 /// Host and GPU use the same address; freed on drop.
 ///
 /// ```no_run
-/// use rpc_runtime::hsa::{HsaBuffer, HsaDevice, MappedBuffer};
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::hsa::{HsaBuffer, HsaDevice, MappedBuffer};
 /// let dev = HsaDevice::new(0)?;
 /// let out = HsaBuffer::new(&dev, 1024)?;
 /// // Pass `out.device_ptr()` as `KernelArg::Ptr`; after the launch returned:
 /// // SAFETY: no kernel is running.
 /// assert_eq!(unsafe { out.as_slice() }[0], 0);
-/// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+/// # Ok::<(), gpu_rpc::hsa::HsaError>(())
 /// ```
 pub struct HsaBuffer {
     device: HsaDevice,
@@ -70,10 +71,11 @@ impl HsaBuffer {
     /// `len` zeroed bytes.
     ///
     /// ```no_run
-    /// let dev = rpc_runtime::hsa::HsaDevice::new(0)?;
-    /// let buf = rpc_runtime::hsa::HsaBuffer::new(&dev, 4096)?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// let dev = gpu_rpc::hsa::HsaDevice::new(0)?;
+    /// let buf = gpu_rpc::hsa::HsaBuffer::new(&dev, 4096)?;
     /// assert_ne!(buf.device_ptr(), 0);
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+    /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn new(device: &HsaDevice, len: usize) -> Result<HsaBuffer, HsaError> {
         Self::from_pool(device, device.inner.shared_pool, len)
@@ -98,10 +100,11 @@ impl HsaBuffer {
     /// The host address (the same as [`device_ptr`](Self::device_ptr)).
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::hsa::HsaDevice::new(0)?;
-    /// let buf = rpc_runtime::hsa::HsaBuffer::new(&dev, 64)?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::hsa::HsaDevice::new(0)?;
+    /// let buf = gpu_rpc::hsa::HsaBuffer::new(&dev, 64)?;
     /// assert_eq!(buf.host_ptr() as u64, buf.device_ptr());
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+    /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn host_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
@@ -110,10 +113,11 @@ impl HsaBuffer {
     /// The address kernels use.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::hsa::HsaDevice::new(0)?;
-    /// let buf = rpc_runtime::hsa::HsaBuffer::new(&dev, 64)?;
-    /// let arg = rpc_runtime::hsa::KernelArg::Ptr(buf.device_ptr());
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::hsa::HsaDevice::new(0)?;
+    /// let buf = gpu_rpc::hsa::HsaBuffer::new(&dev, 64)?;
+    /// let arg = gpu_rpc::hsa::KernelArg::Ptr(buf.device_ptr());
+    /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn device_ptr(&self) -> u64 {
         self.ptr.as_ptr() as u64
@@ -122,9 +126,10 @@ impl HsaBuffer {
     /// Size in bytes.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::hsa::HsaDevice::new(0)?;
-    /// assert_eq!(rpc_runtime::hsa::HsaBuffer::new(&dev, 8)?.len(), 8);
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::hsa::HsaDevice::new(0)?;
+    /// assert_eq!(gpu_rpc::hsa::HsaBuffer::new(&dev, 8)?.len(), 8);
+    /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn len(&self) -> usize {
         self.len
@@ -133,9 +138,10 @@ impl HsaBuffer {
     /// Always false (a buffer has at least one byte).
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::hsa::HsaDevice::new(0)?;
-    /// assert!(!rpc_runtime::hsa::HsaBuffer::new(&dev, 8)?.is_empty());
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::hsa::HsaDevice::new(0)?;
+    /// assert!(!gpu_rpc::hsa::HsaBuffer::new(&dev, 8)?.is_empty());
+    /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn is_empty(&self) -> bool {
         self.len == 0
@@ -217,13 +223,14 @@ impl Drop for DeviceWords {
 /// receive a pointer to. Lanes per packet: [`LANE_SIZE`] (64).
 ///
 /// ```no_run
-/// use rpc_runtime::hsa::{HsaDevice, HsaRegion};
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::hsa::{HsaDevice, HsaRegion};
 /// let dev = HsaDevice::new(0)?;
 /// let region = HsaRegion::new(&dev, 64)?;
 /// let desc = region.client_desc();
 /// assert_eq!((desc.port_count, desc.lane_size), (64, 64));
 /// assert!(region.is_quiescent()?);
-/// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+/// # Ok::<(), gpu_rpc::hsa::HsaError>(())
 /// ```
 pub struct HsaRegion {
     pub(super) device: HsaDevice,
@@ -247,15 +254,16 @@ impl HsaRegion {
     /// A region of `port_count` ports (1 ..= [`MAX_PORTS`]) of 64 lanes.
     ///
     /// ```no_run
-    /// let dev = rpc_runtime::hsa::HsaDevice::new(0)?;
-    /// let region = rpc_runtime::hsa::HsaRegion::new(&dev, 4096)?;
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+    /// # use rpc_runtime as gpu_rpc;
+    /// let dev = gpu_rpc::hsa::HsaDevice::new(0)?;
+    /// let region = gpu_rpc::hsa::HsaRegion::new(&dev, 4096)?;
+    /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn new(device: &HsaDevice, port_count: u32) -> Result<HsaRegion, HsaError> {
         let layout = Layout::new(port_count, LANE_SIZE)
             .ok_or_else(|| HsaError::config(format!("port count {port_count} is not in 1..={MAX_PORTS}")))?;
         let shared = HsaBuffer::new(device, layout.allocation_size())?;
-        if shared.device_ptr() % 64 != 0 {
+        if !shared.device_ptr().is_multiple_of(64) {
             return Err(HsaError::config(
                 "the runtime returned a shared region that is not 64-byte aligned",
             ));
@@ -281,10 +289,11 @@ impl HsaRegion {
     /// The layout (`port_count` ports, 64 lanes).
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::hsa::HsaDevice::new(0)?;
-    /// let region = rpc_runtime::hsa::HsaRegion::new(&dev, 8)?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::hsa::HsaDevice::new(0)?;
+    /// let region = gpu_rpc::hsa::HsaRegion::new(&dev, 8)?;
     /// assert_eq!(region.layout().lane_size(), 64);
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+    /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn layout(&self) -> Layout {
         self.layout
@@ -293,10 +302,11 @@ impl HsaRegion {
     /// The device the region belongs to.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::hsa::HsaDevice::new(0)?;
-    /// let region = rpc_runtime::hsa::HsaRegion::new(&dev, 8)?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::hsa::HsaDevice::new(0)?;
+    /// let region = gpu_rpc::hsa::HsaRegion::new(&dev, 8)?;
     /// assert_eq!(region.device().index(), 0);
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+    /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn device(&self) -> &HsaDevice {
         &self.device
@@ -305,10 +315,11 @@ impl HsaRegion {
     /// The descriptor: GPU addresses of the region and the client lock words.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::hsa::HsaDevice::new(0)?;
-    /// let region = rpc_runtime::hsa::HsaRegion::new(&dev, 8)?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::hsa::HsaDevice::new(0)?;
+    /// let region = gpu_rpc::hsa::HsaRegion::new(&dev, 8)?;
     /// assert_eq!(region.client_desc().shared, region.device_ptr());
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+    /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn client_desc(&self) -> ClientDesc {
         ClientDesc {
@@ -323,10 +334,11 @@ impl HsaRegion {
     /// what [`launch_with_region`] passes as a kernel's first argument.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::hsa::HsaDevice::new(0)?;
-    /// let region = rpc_runtime::hsa::HsaRegion::new(&dev, 8)?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::hsa::HsaDevice::new(0)?;
+    /// let region = gpu_rpc::hsa::HsaRegion::new(&dev, 8)?;
     /// assert_eq!(region.desc_ptr() % 8, 0);
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+    /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn desc_ptr(&self) -> u64 {
         self.desc.device_ptr()
@@ -335,10 +347,11 @@ impl HsaRegion {
     /// The server side, over the region.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::hsa::HsaDevice::new(0)?;
-    /// let region = rpc_runtime::hsa::HsaRegion::new(&dev, 8)?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::hsa::HsaDevice::new(0)?;
+    /// let region = gpu_rpc::hsa::HsaRegion::new(&dev, 8)?;
     /// assert!(!region.server().pending(0));
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+    /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn server(&self) -> Server<'_> {
         // SAFETY: the region is laid out by `layout`, 64-byte aligned, zeroed
@@ -360,10 +373,11 @@ impl HsaRegion {
     /// no kernel is running.
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::hsa::HsaDevice::new(0)?;
-    /// let region = rpc_runtime::hsa::HsaRegion::new(&dev, 8)?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::hsa::HsaDevice::new(0)?;
+    /// let region = gpu_rpc::hsa::HsaRegion::new(&dev, 8)?;
     /// assert!(region.is_quiescent()?);
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+    /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn is_quiescent(&self) -> Result<bool, HsaError> {
         let clients_clear = client_locks_released(&self.client_locks.read()?);
@@ -374,10 +388,11 @@ impl HsaRegion {
     /// runs breaks the protocol's invariants).
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::hsa::HsaDevice::new(0)?;
-    /// let region = rpc_runtime::hsa::HsaRegion::new(&dev, 8)?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::hsa::HsaDevice::new(0)?;
+    /// let region = gpu_rpc::hsa::HsaRegion::new(&dev, 8)?;
     /// assert!(!region.host_ptr().is_null());
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+    /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn host_ptr(&self) -> *mut u8 {
         self.shared.host_ptr()
@@ -386,10 +401,11 @@ impl HsaRegion {
     /// GPU address of the shared region (equal to the host address).
     ///
     /// ```no_run
-    /// # let dev = rpc_runtime::hsa::HsaDevice::new(0)?;
-    /// let region = rpc_runtime::hsa::HsaRegion::new(&dev, 8)?;
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::hsa::HsaDevice::new(0)?;
+    /// let region = gpu_rpc::hsa::HsaRegion::new(&dev, 8)?;
     /// assert_eq!(region.device_ptr(), region.host_ptr() as u64);
-    /// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+    /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn device_ptr(&self) -> u64 {
         self.shared.device_ptr()

@@ -7,7 +7,8 @@ pub mod aql {
     //! the header bits this backend writes, as in `hsa.h`.
     //!
     //! ```
-    //! use rpc_runtime::hsa::aql;
+    //! # use rpc_runtime as gpu_rpc;
+    //! use gpu_rpc::hsa::aql;
     //! assert_eq!(aql::kernel_dispatch_header(), 0x1502);
     //! assert_eq!(std::mem::size_of::<aql::KernelDispatchPacket>(), 64);
     //! ```
@@ -90,7 +91,8 @@ pub mod aql {
     /// completion signal fires).
     ///
     /// ```
-    /// use rpc_runtime::hsa::aql::*;
+    /// # use rpc_runtime as gpu_rpc;
+    /// use gpu_rpc::hsa::aql::*;
     /// let h = kernel_dispatch_header();
     /// assert_eq!(h & 0xff, PACKET_TYPE_KERNEL_DISPATCH);
     /// assert_eq!((h >> HEADER_ACQUIRE_FENCE_SCOPE) & 3, FENCE_SCOPE_SYSTEM);
@@ -106,7 +108,8 @@ pub mod aql {
     /// the low half, setup in the high half (little-endian).
     ///
     /// ```
-    /// use rpc_runtime::hsa::aql::*;
+    /// # use rpc_runtime as gpu_rpc;
+    /// use gpu_rpc::hsa::aql::*;
     /// assert_eq!(header_word(kernel_dispatch_header(), 3), 0x0003_1502);
     /// ```
     pub const fn header_word(header: u16, setup: u16) -> u32 {
@@ -136,7 +139,8 @@ pub(super) mod hidden {
 /// filled in; the others (global offsets, hostcall, heap, ...) stay 0.
 ///
 /// ```
-/// use rpc_runtime::hsa::{kernarg_segment, KernelArg, Launch};
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::hsa::{kernarg_segment, KernelArg, Launch};
 /// // rpc_noop_kernel(desc: *const ClientDesc, iters: u32, out: *mut u64): 24 bytes.
 /// let k = kernarg_segment(0x1000, &[KernelArg::U32(7), KernelArg::Ptr(0x2000)], 24, &Launch::default(), 0).unwrap();
 /// assert_eq!(k.len(), 24);
@@ -195,7 +199,8 @@ pub fn kernarg_segment(
 /// [`aql::kernel_dispatch_header`], published last).
 ///
 /// ```
-/// use rpc_runtime::hsa::{dispatch_packet, Launch};
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::hsa::{dispatch_packet, Launch};
 /// let l = Launch { grid: (4, 2, 1), block: (64, 1, 1), ..Launch::default() };
 /// let p = dispatch_packet(&l, 0xdead, 0x2000, 0x3000, 16, 0).unwrap();
 /// assert_eq!((p.grid_size_x, p.grid_size_y, p.grid_size_z), (256, 2, 1));

@@ -8,7 +8,8 @@ use super::*;
 /// work-items per workgroup.
 ///
 /// ```
-/// use rpc_runtime::hsa::Launch;
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::hsa::Launch;
 /// let l = Launch { grid: (2, 1, 1), block: (96, 1, 1), ..Launch::default() };
 /// assert_eq!(l.wavefronts(64), 2 * 2);
 /// assert_eq!(l.server_threads, 2);
@@ -46,7 +47,8 @@ impl Launch {
     /// Wavefronts in the grid for a wavefront size.
     ///
     /// ```
-    /// let l = rpc_runtime::hsa::Launch { grid: (4, 2, 1), block: (65, 1, 1), ..Default::default() };
+    /// # use rpc_runtime as gpu_rpc;
+    /// let l = gpu_rpc::hsa::Launch { grid: (4, 2, 1), block: (65, 1, 1), ..Default::default() };
     /// assert_eq!(l.wavefronts(64), 8 * 2);
     /// assert_eq!(l.wavefronts(32), 8 * 3);
     /// ```
@@ -60,7 +62,8 @@ impl Launch {
     /// anything spans y, else 1.
     ///
     /// ```
-    /// use rpc_runtime::hsa::Launch;
+    /// # use rpc_runtime as gpu_rpc;
+    /// use gpu_rpc::hsa::Launch;
     /// assert_eq!(Launch::default().dimensions(), 1);
     /// assert_eq!(Launch { grid: (1, 2, 1), ..Launch::default() }.dimensions(), 2);
     /// assert_eq!(Launch { block: (8, 8, 2), ..Launch::default() }.dimensions(), 3);
@@ -318,8 +321,9 @@ pub(super) fn run_kernel(
 /// process itself on a GPU memory fault.
 ///
 /// ```no_run
-/// use rpc_runtime::hsa::{launch, HsaBuffer, HsaDevice, KernelArg, Launch, Module};
-/// use rpc_runtime::server::{Dispatcher, ServerConfig};
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::hsa::{launch, HsaBuffer, HsaDevice, KernelArg, Launch, Module};
+/// use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// let dev = HsaDevice::new(0)?;
 /// let module = Module::from_file(&dev, "kernels.hsaco")?;
 /// let kernel = module.kernel("rpc_noop_kernel")?;
@@ -327,7 +331,7 @@ pub(super) fn run_kernel(
 /// let d = Dispatcher::new(ServerConfig::default());
 /// let report = launch(&kernel, &Launch::default(), &d, &[KernelArg::U32(10), KernelArg::Ptr(out.device_ptr())])?;
 /// assert_eq!(report.errors, 0);
-/// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+/// # Ok::<(), gpu_rpc::hsa::HsaError>(())
 /// ```
 pub fn launch(
     kernel: &Kernel<'_>,
@@ -348,8 +352,9 @@ pub fn launch(
 /// [`is_quiescent`](HsaRegion::is_quiescent) afterwards.
 ///
 /// ```no_run
-/// use rpc_runtime::hsa::{launch_with_region, HsaBuffer, HsaDevice, HsaRegion, KernelArg, Launch, Module};
-/// use rpc_runtime::server::{Dispatcher, ServerConfig};
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::hsa::{launch_with_region, HsaBuffer, HsaDevice, HsaRegion, KernelArg, Launch, Module};
+/// use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// let dev = HsaDevice::new(0)?;
 /// let module = Module::from_file(&dev, "kernels.hsaco")?;
 /// let kernel = module.kernel("rpc_noop_kernel")?;
@@ -359,7 +364,7 @@ pub fn launch(
 /// let cfg = Launch { grid: (4, 1, 1), block: (64, 1, 1), server_threads: 2, ..Launch::default() };
 /// launch_with_region(&region, &kernel, &cfg, &d, &[KernelArg::U32(10), KernelArg::Ptr(out.device_ptr())])?;
 /// assert!(region.is_quiescent()?);
-/// # Ok::<(), rpc_runtime::hsa::HsaError>(())
+/// # Ok::<(), gpu_rpc::hsa::HsaError>(())
 /// ```
 pub fn launch_with_region(
     region: &HsaRegion,

@@ -55,3 +55,12 @@ pub trait Conform {
     /// The lane's last call: the host records it, then the lane halts.
     fn finish(&self, gid: u32, step: u32) -> !;
 }
+
+// The host programs serve these traits together with the standard services:
+// checked here, in the `no_std` crate both sides share, at compile time.
+const _: () = gpu_rpc::assert_disjoint_opcodes(&[
+    HostServicesRpc::OPCODES,
+    BenchRpc::OPCODES,
+    ConformRpc::OPCODES,
+    gpu_rpc::services::StdRpc::OPCODES,
+]);
