@@ -11,7 +11,7 @@ rm -rf "$out" && mkdir -p "$out"
 bins=(-p gpu-examples)
 if [ "${GPU_RUN:-1}" = 1 ]; then bins+=(-p gpu-run); fi
 cargo build --release "${bins[@]}"
-for b in gpu_check gpu_conform hello_gpu cudarc_interop gpu_bench gpu-run; do
+for b in gpu_check gpu_conform hello_gpu cudarc_interop cpp_nvrtc gpu_bench gpu-run; do
   [ -f "target/release/$b" ] && cp "target/release/$b" "$out/"
 done
 cp "$(ls -t target/release/build/gpu-examples-*/out/kernels.ptx | head -1)" "$out/kernels.ptx"

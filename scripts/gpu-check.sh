@@ -33,6 +33,12 @@ expect 3 "$dir/hello_gpu" --blocks 2 --threads 64
 step "cudarc_interop: kernels launched with cudarc on two streams, served by one gpu_rpc::cuda::Serve"
 expect 0 "$dir/cudarc_interop"
 
+step "cpp_nvrtc: a CUDA C++ kernel, compiled with nvrtc at run time, calls a Rust trait; an old header is refused"
+# cudarc loads libnvrtc by name: put the toolkit's copy on the search path.
+nvrtc=$(ls /usr/local/cuda/lib64/libnvrtc.so* /usr/local/cuda/targets/*/lib/libnvrtc.so* 2>/dev/null | head -1)
+if [ -n "$nvrtc" ]; then export LD_LIBRARY_PATH="$(dirname "$nvrtc")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+expect 0 "$dir/cpp_nvrtc"
+
 if [ -x "$dir/gpu-run" ]; then
   step "gpu-run on gpu_main (prints, exits with 3)"
   expect 3 "$dir/gpu-run" --threads 32 --blocks 2 "$dir/kernels.ptx" first "second arg"

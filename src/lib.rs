@@ -10,7 +10,9 @@
 //! * [`#[derive(Wire)]`](derive@Wire) makes a `#[repr(C)]` struct an argument
 //!   or result type.
 //! * The runtime modules ([`protocol`], [`call`], [`wire`], [`lanes`],
-//!   `server`, `cpu`) are re-exported from `rpc-runtime`.
+//!   [`cpp`], `server`, `cpu`) are re-exported from `rpc-runtime`.
+//! * For CUDA C++ kernels, `<Trait>Rpc::cuda_header()` returns a header that
+//!   declares a C++ client of the same trait ([`cpp`]).
 //!
 //! ## Features
 //!
@@ -86,9 +88,12 @@ pub mod __private {
     pub use crate::__gpu_rpc_if_std as if_std;
     pub use core;
     #[cfg(feature = "std")]
+    pub use std::string::String;
+    #[cfg(feature = "std")]
     pub use std::sync::Arc;
 
     pub use crate::call::{fail, halt, lengths_bytes, Block, CallDesc, CallError};
+    pub use crate::cpp;
     pub use crate::protocol::Client;
     #[cfg(feature = "std")]
     pub use crate::server::{MethodInfo, ServerCall, Service};

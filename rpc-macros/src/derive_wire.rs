@@ -123,9 +123,54 @@ pub fn derive(input: TokenStream) -> syn::Result<TokenStream> {
         _ => quote!(#ident { #(#zeroed),* }),
     };
 
+    // The C++ form (see `gpu_rpc::cpp`): a struct of the same name and layout,
+    // for non-generic structs with fields whose types have a C-layout C++ form.
+    let cpp = if input.generics.params.is_empty() && !fields.is_empty() {
+        let cpp_fields = members.iter().zip(&tys).map(|(m, ty)| {
+            let cpp_name = match m {
+                Member::Named(id) => id.to_string().trim_start_matches("r#").to_string(),
+                Member::Unnamed(i) => format!("_{}", i.index),
+            };
+            quote! {
+                ::gpu_rpc::__private::cpp::CppField {
+                    name: #cpp_name,
+                    ty: <#ty as ::gpu_rpc::__private::Wire>::CPP,
+                    wire_size: <#ty as ::gpu_rpc::__private::Wire>::SIZE,
+                    offset: ::gpu_rpc::__private::core::mem::offset_of!(#ident, #m),
+                    mem_size: ::gpu_rpc::__private::core::mem::size_of::<#ty>(),
+                    align: ::gpu_rpc::__private::core::mem::align_of::<#ty>(),
+                }
+            }
+        });
+        let laid_out = tys
+            .iter()
+            .map(|ty| quote!(::gpu_rpc::__private::cpp::has_c_layout(<#ty as ::gpu_rpc::__private::Wire>::CPP)));
+        quote! {
+            const CPP: ::gpu_rpc::__private::core::option::Option<::gpu_rpc::__private::cpp::CppType> =
+                if #(#laid_out)&&* {
+                    ::gpu_rpc::__private::core::option::Option::Some(::gpu_rpc::__private::cpp::CppType {
+                        name: |w| w.write_str(#name),
+                        declare: |d| ::gpu_rpc::__private::cpp::declare_struct(
+                            d,
+                            #name,
+                            <#ident as ::gpu_rpc::__private::Wire>::SCHEMA,
+                            ::gpu_rpc::__private::core::mem::size_of::<#ident>(),
+                            &[#(#cpp_fields),*],
+                        ),
+                        c_layout: true,
+                    })
+                } else {
+                    ::gpu_rpc::__private::core::option::Option::None
+                };
+        }
+    } else {
+        quote!()
+    };
+
     Ok(quote! {
         impl #impl_g ::gpu_rpc::__private::Wire for #ident #ty_g #where_c {
             const SIZE: usize = #size;
+            #cpp
             const SCHEMA: u32 = {
                 let h = ::gpu_rpc::__private::fnv1a(::gpu_rpc::__private::SCHEMA_SEED, #name.as_bytes());
                 let h = ::gpu_rpc::__private::mix(h, #field_count);

@@ -585,8 +585,64 @@ fn host_side(svc: &Service, service: &str, rpc: &Ident, server: &Ident) -> Token
     });
     let forwards: Vec<_> = forwards.collect();
 
+    let cpp_methods = svc.methods.iter().map(|m| {
+        let c = m.const_ident();
+        let name = &m.name;
+        let cpp = quote!(::gpu_rpc::__private::cpp);
+        let args = m.args.iter().map(|a| {
+            let arg_name = a.ident.to_string();
+            let arg_name = arg_name.trim_start_matches("r#");
+            let (kind, elem) = match &a.kind {
+                ArgKind::Value => (quote!(Value), Some(&a.ty)),
+                ArgKind::Str => (quote!(Str), None),
+                ArgKind::Slice(e) => (quote!(Slice), Some(e)),
+                ArgKind::Out(e) => (quote!(Out), Some(e)),
+            };
+            let (ty, size, rust) = match elem {
+                Some(e) => (
+                    quote!(<#e as ::gpu_rpc::__private::Wire>::CPP),
+                    wire_size(e),
+                    quote!(#e).to_string(),
+                ),
+                None => (
+                    quote!(::gpu_rpc::__private::core::option::Option::None),
+                    quote!(0),
+                    "&str".to_string(),
+                ),
+            };
+            quote!(#cpp::Arg { name: #arg_name, kind: #cpp::ArgKind::#kind, ty: #ty, size: #size, rust: #rust })
+        });
+        let ret = match &m.ret {
+            Ret::Unit => quote!(#cpp::Ret::Unit),
+            Ret::Never => quote!(#cpp::Ret::Never),
+            Ret::Value(ty) => {
+                let size = wire_size(ty);
+                let rust = quote!(#ty).to_string();
+                quote!(#cpp::Ret::Value(<#ty as ::gpu_rpc::__private::Wire>::CPP, #size, #rust))
+            }
+        };
+        quote!(#cpp::Method { name: #name, desc: Self::#c, args: &[#(#args),*], ret: #ret })
+    });
+    let header_doc = format!(
+        "A self-contained CUDA C++ header declaring `{service}Client`, whose `__device__` \
+         methods call [`{service}`] with the same opcodes, signatures, frame and wire encoding \
+         as [`{service}Client`] (see `gpu_rpc::cpp`)."
+    );
+
     quote! {
         ::gpu_rpc::__private::if_std! {
+            #[allow(dead_code)]
+            impl #rpc {
+                #[doc = #header_doc]
+                pub fn cuda_header() -> ::gpu_rpc::__private::String {
+                    ::gpu_rpc::__private::cpp::header(
+                        #rpc::SERVICE,
+                        ::gpu_rpc::__private::core::module_path!(),
+                        &[#(#cpp_methods),*],
+                    )
+                }
+            }
+
             #[doc = #server_doc]
             #[derive(Clone, Copy, Debug, Default)]
             #vis struct #server<#imp>(pub #imp);

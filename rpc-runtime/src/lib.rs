@@ -14,6 +14,9 @@
 //!   decode.
 //! * [`format_spec`] — the format-spec grammar of host-formatted printing
 //!   (`gpu_println!`), shared by the macro and the host.
+//! * [`cpp`] — CUDA C++ kernels calling the same traits: how wire types are
+//!   spelled in C++ and (feature `std`) the header `<Trait>Rpc::cuda_header()`
+//!   returns, over a C++ client of the same protocol.
 //! * [`call`] — the call frame that generated client stubs speak: arguments,
 //!   streamed slices, out-buffers, per-lane status. `no_std`.
 //! * `metrics` (feature `std`) — per-method counters and host-time
@@ -38,6 +41,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod call;
+pub mod cpp;
 pub mod format_spec;
 pub mod lanes;
 pub mod protocol;

@@ -69,6 +69,10 @@ pub trait Wire: Sized {
     fn decode(bytes: &[u8]) -> Result<Self, WireError>;
     /// The all-zero value (what a host-side out-buffer starts as).
     fn zeroed() -> Self;
+    /// How CUDA C++ kernels spell this type ([`cpp`](crate::cpp)); `None`
+    /// (the default) for a type without a C++ form: methods that use it are
+    /// left out of the trait's C++ header.
+    const CPP: Option<crate::cpp::CppType> = None;
     /// The raw bytes of a slice when they are exactly its encoding (`u8`
     /// only), so streams can copy without encoding element by element.
     #[inline(always)]
@@ -142,9 +146,10 @@ pub const fn mix(h: u32, x: u32) -> u32 {
 pub const SCHEMA_SEED: u32 = 0x811c_9dc5;
 
 macro_rules! int_wire {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $cpp:expr),*) => {$(
         impl Wire for $t {
             const SIZE: usize = core::mem::size_of::<$t>();
+            const CPP: Option<crate::cpp::CppType> = $cpp;
             const SCHEMA: u32 = fnv1a(SCHEMA_SEED, stringify!($t).as_bytes());
             #[inline(always)]
             fn encode(&self, out: &mut [u8]) {
@@ -163,11 +168,24 @@ macro_rules! int_wire {
         }
     )*};
 }
-int_wire!(u16, u32, u64, u128, i8, i16, i32, i64, i128, f32, f64);
+int_wire!(
+    u16 => crate::cpp::scalar(|w| w.write_str("unsigned short")),
+    u32 => crate::cpp::scalar(|w| w.write_str("unsigned int")),
+    u64 => crate::cpp::scalar(|w| w.write_str("unsigned long long")),
+    u128 => None,
+    i8 => crate::cpp::scalar(|w| w.write_str("signed char")),
+    i16 => crate::cpp::scalar(|w| w.write_str("short")),
+    i32 => crate::cpp::scalar(|w| w.write_str("int")),
+    i64 => crate::cpp::scalar(|w| w.write_str("long long")),
+    i128 => None,
+    f32 => crate::cpp::scalar(|w| w.write_str("float")),
+    f64 => crate::cpp::scalar(|w| w.write_str("double"))
+);
 
 impl Wire for u8 {
     const SIZE: usize = 1;
     const SCHEMA: u32 = fnv1a(SCHEMA_SEED, b"u8");
+    const CPP: Option<crate::cpp::CppType> = crate::cpp::scalar(|w| w.write_str("unsigned char"));
     #[inline(always)]
     fn encode(&self, out: &mut [u8]) {
         out[0] = *self;
@@ -193,6 +211,7 @@ impl Wire for u8 {
 impl Wire for usize {
     const SIZE: usize = 8;
     const SCHEMA: u32 = fnv1a(SCHEMA_SEED, b"usize");
+    const CPP: Option<crate::cpp::CppType> = crate::cpp::scalar(|w| w.write_str("unsigned long long"));
     #[inline(always)]
     fn encode(&self, out: &mut [u8]) {
         (*self as u64).encode(out)
@@ -210,6 +229,7 @@ impl Wire for usize {
 impl Wire for isize {
     const SIZE: usize = 8;
     const SCHEMA: u32 = fnv1a(SCHEMA_SEED, b"isize");
+    const CPP: Option<crate::cpp::CppType> = crate::cpp::scalar(|w| w.write_str("long long"));
     #[inline(always)]
     fn encode(&self, out: &mut [u8]) {
         (*self as i64).encode(out)
@@ -227,6 +247,7 @@ impl Wire for isize {
 impl Wire for bool {
     const SIZE: usize = 1;
     const SCHEMA: u32 = fnv1a(SCHEMA_SEED, b"bool");
+    const CPP: Option<crate::cpp::CppType> = crate::cpp::scalar(|w| w.write_str("bool"));
     #[inline(always)]
     fn encode(&self, out: &mut [u8]) {
         out[0] = *self as u8;
@@ -248,6 +269,7 @@ impl Wire for bool {
 impl Wire for char {
     const SIZE: usize = 4;
     const SCHEMA: u32 = fnv1a(SCHEMA_SEED, b"char");
+    const CPP: Option<crate::cpp::CppType> = crate::cpp::scalar(|w| w.write_str("char32_t"));
     #[inline(always)]
     fn encode(&self, out: &mut [u8]) {
         (*self as u32).encode(out)
@@ -266,6 +288,11 @@ impl Wire for char {
 impl Wire for () {
     const SIZE: usize = 0;
     const SCHEMA: u32 = fnv1a(SCHEMA_SEED, b"()");
+    const CPP: Option<crate::cpp::CppType> = Some(crate::cpp::CppType {
+        name: |w| w.write_str("gpu_rpc::Unit"),
+        declare: |_| Ok(()),
+        c_layout: false,
+    });
     #[inline(always)]
     fn encode(&self, _out: &mut [u8]) {}
     #[inline(always)]
@@ -279,6 +306,7 @@ impl Wire for () {
 impl<T: Wire, const N: usize> Wire for [T; N] {
     const SIZE: usize = T::SIZE * N;
     const SCHEMA: u32 = mix(mix(fnv1a(SCHEMA_SEED, b"[;]"), T::SCHEMA), N as u32);
+    const CPP: Option<crate::cpp::CppType> = crate::cpp::array::<T, N>();
     #[inline(always)]
     fn encode(&self, out: &mut [u8]) {
         for (i, v) in self.iter().enumerate() {
@@ -309,6 +337,7 @@ impl<T: Wire, const N: usize> Wire for [T; N] {
 impl<T: Wire> Wire for Option<T> {
     const SIZE: usize = 1 + T::SIZE;
     const SCHEMA: u32 = mix(fnv1a(SCHEMA_SEED, b"Option"), T::SCHEMA);
+    const CPP: Option<crate::cpp::CppType> = crate::cpp::option::<T>();
     #[inline(always)]
     fn encode(&self, out: &mut [u8]) {
         match self {
@@ -443,6 +472,7 @@ mod tests {
 impl<T: Wire, E: Wire> Wire for Result<T, E> {
     const SIZE: usize = 1 + if T::SIZE > E::SIZE { T::SIZE } else { E::SIZE };
     const SCHEMA: u32 = mix(mix(fnv1a(SCHEMA_SEED, b"Result"), T::SCHEMA), E::SCHEMA);
+    const CPP: Option<crate::cpp::CppType> = crate::cpp::result::<T, E>();
     #[inline(always)]
     fn encode(&self, out: &mut [u8]) {
         let out = &mut out[..Self::SIZE];

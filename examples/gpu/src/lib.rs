@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use gpu_example_services::{Bench, HostServices};
 
 pub mod conform;
+pub mod cpp_demo;
 
 pub use conform::{ConformHost, Verdict};
 

@@ -4,6 +4,7 @@
 use gpu_rpc::gpu_rpc;
 
 pub mod conform;
+pub mod cpp_demo;
 
 /// What the hello example's kernel asks of its host.
 #[gpu_rpc]
@@ -62,5 +63,6 @@ const _: () = gpu_rpc::assert_disjoint_opcodes(&[
     HostServicesRpc::OPCODES,
     BenchRpc::OPCODES,
     ConformRpc::OPCODES,
+    cpp_demo::CppDemoRpc::OPCODES,
     gpu_rpc::services::StdRpc::OPCODES,
 ]);
