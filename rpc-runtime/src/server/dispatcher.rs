@@ -1,0 +1,277 @@
+//! The [`Dispatcher`]: the routing table from opcodes to services' methods,
+//! the error log, and serving one opened port (the frame itself is decoded
+//! in `serve_call.rs`).
+
+use super::*;
+
+/// Routes calls to services and keeps the error log. Shared by all server
+/// threads (it is `Sync`).
+pub struct Dispatcher {
+    pub(super) services: Vec<Arc<dyn Service>>,
+    /// Every served opcode (the runtime's no-op included): one lookup per
+    /// call finds the method and its metrics.
+    pub(super) table: HashMap<u32, Route>,
+    pub(super) config: ServerConfig,
+    pub(super) errors: Mutex<VecDeque<ServerError>>,
+    pub(super) error_count: AtomicU64,
+    pub(super) calls: AtomicU64,
+    /// Metrics of calls to opcodes nobody serves.
+    pub(super) unknown: Counters,
+}
+
+/// Where the calls of one opcode go, and what they have cost so far.
+pub(super) struct Route {
+    /// The service and method index (`None` for the runtime's no-op).
+    pub(super) method: Option<(usize, usize)>,
+    /// `Service::method`, as errors, metrics and spans name it.
+    pub(super) path: &'static str,
+    pub(super) counters: Counters,
+}
+
+impl Route {
+    fn new(method: Option<(usize, usize)>, path: &'static str) -> Route {
+        Route {
+            method,
+            path,
+            counters: Counters::default(),
+        }
+    }
+}
+
+impl fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("services", &self.services.iter().map(|s| s.name()).collect::<Vec<_>>())
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl Dispatcher {
+    /// An empty dispatcher (it still answers the runtime's no-op call).
+    pub fn new(config: ServerConfig) -> Self {
+        Dispatcher {
+            services: Vec::new(),
+            table: HashMap::from([(opcodes::NOOP, Route::new(None, "gpu_rpc::noop"))]),
+            config,
+            errors: Mutex::new(VecDeque::new()),
+            error_count: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
+            unknown: Counters::default(),
+        }
+    }
+
+    /// Per-method metrics so far: the runtime's no-op first, then every
+    /// method of every service in the order added, then calls to unknown
+    /// opcodes (if any). See [`MethodMetrics`].
+    pub fn metrics(&self) -> Vec<MethodMetrics> {
+        let mut out = Vec::new();
+        let noop = &self.table[&opcodes::NOOP];
+        out.push(noop.counters.snapshot(noop.path, opcodes::NOOP));
+        for service in &self.services {
+            for info in service.methods() {
+                if let Some(r) = self.table.get(&info.desc.opcode) {
+                    out.push(r.counters.snapshot(r.path, info.desc.opcode));
+                }
+            }
+        }
+        let unknown = self.unknown.snapshot("(unknown)", 0);
+        if unknown.calls > 0 {
+            out.push(unknown);
+        }
+        out
+    }
+
+    /// Add a service; fails if one of its opcodes is already served or one
+    /// of its method descriptions is invalid (nothing is added then).
+    pub fn add(&mut self, service: impl Service + 'static) -> Result<&mut Self, AddError> {
+        self.add_arc(Arc::new(service))
+    }
+
+    /// Add a shared service.
+    pub fn add_arc(&mut self, service: Arc<dyn Service>) -> Result<&mut Self, AddError> {
+        let idx = self.services.len();
+        let mut added: HashMap<u32, usize> = HashMap::new();
+        for (m, info) in service.methods().iter().enumerate() {
+            let opcode = info.desc.opcode;
+            if let Some(problem) = info.desc.problem() {
+                return Err(AddError::InvalidMethod {
+                    path: info.path,
+                    problem,
+                });
+            }
+            let first = match (self.table.get(&opcode), added.get(&opcode)) {
+                (Some(r), _) => Some(match r.method {
+                    Some((s, m)) => self.services[s].methods()[m].qualified(),
+                    None => r.path.to_string(),
+                }),
+                (None, Some(&mm)) => Some(service.methods()[mm].qualified()),
+                (None, None) => None,
+            };
+            if let Some(first) = first {
+                return Err(OpcodeCollision {
+                    opcode,
+                    first,
+                    second: info.qualified(),
+                }
+                .into());
+            }
+            added.insert(opcode, m);
+        }
+        let routes = added
+            .into_iter()
+            .map(|(op, m)| (op, Route::new(Some((idx, m)), service.methods()[m].path)));
+        self.table.extend(routes);
+        self.services.push(service);
+        Ok(self)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    /// Calls served so far (each warp-call counts once).
+    pub fn calls(&self) -> u64 {
+        // Relaxed: a statistic.
+        self.calls.load(Ordering::Relaxed)
+    }
+
+    /// The most recent errors (up to `keep_errors`), oldest first.
+    pub fn errors(&self) -> Vec<ServerError> {
+        self.errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// Errors recorded since the start, including those no longer kept.
+    pub fn error_count(&self) -> u64 {
+        // Relaxed: a statistic.
+        self.error_count.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn record(&self, e: ServerError) {
+        if self.config.log_errors {
+            // Not `eprintln!`, which panics when stderr is closed (e.g.
+            // `gpu-run ... 2>&1 | head`): a lost log line must not take the
+            // server thread, and the call it serves, down with it.
+            let _ = writeln!(std::io::stderr(), "{e}");
+        }
+        #[cfg(feature = "tracing")]
+        tracing::warn!(opcode = e.opcode, port = e.port, status = ?e.status, "{e}");
+        // Relaxed: a statistic.
+        self.error_count.fetch_add(1, Ordering::Relaxed);
+        if self.config.keep_errors == 0 {
+            return;
+        }
+        let mut errs = self.errors.lock().unwrap_or_else(|e| e.into_inner());
+        while errs.len() >= self.config.keep_errors {
+            errs.pop_front();
+        }
+        errs.push_back(e);
+    }
+
+    /// Serve every pending port in `range` once. Returns how many calls were
+    /// served, or the abandoned call if the server's abort flag ended a wait.
+    pub fn poll(&self, server: &Server<'_>, range: core::ops::Range<u32>) -> Result<usize, Abandoned> {
+        let mut served = 0;
+        let mut start = range.start;
+        while let Some(port) = server.try_open(start..range.end) {
+            start = port.index() + 1;
+            self.serve_port(port)?;
+            served += 1;
+        }
+        Ok(served)
+    }
+
+    /// The loop of one server thread of a backend: serve ports, its own slice
+    /// first (`thread` of `threads` equal slices), then the others', until
+    /// `done` is set (the kernel is over) and a last pass finds nothing to
+    /// do. When a pass finds nothing, the thread spins (`idle_spins` passes,
+    /// for the lowest latency when it has a core to itself) and then yields.
+    /// Returns the warp-calls this thread served. [`serve_pool`] is the same
+    /// loop over several regions.
+    pub fn serve_until(
+        &self,
+        server: &Server<'_>,
+        thread: u32,
+        threads: u32,
+        done: &AtomicBool,
+        idle_spins: u32,
+    ) -> Result<u64, Abandoned> {
+        let region = Served {
+            server,
+            dispatcher: self,
+            done,
+        };
+        serve_pool(std::slice::from_ref(&region), thread, threads, idle_spins)
+            .pop()
+            .expect("one region")
+    }
+
+    /// Serve one opened port: decode the frame, run the call, reply, close.
+    ///
+    /// Whatever the shared memory holds, this neither panics nor allocates
+    /// more than [`ServerConfig::max_stream_bytes`] per streamed argument or
+    /// out-buffer and lane (plus a fixed amount per call), and it leaves the
+    /// port idle (handed back to the client, unlocked) — unless the abort flag
+    /// ends a wait for the client, in which case the abandoned call is
+    /// recorded as an error and returned.
+    pub fn serve_port(&self, port: Port<'_, '_, ServerSide, Fresh>) -> Result<(), Abandoned> {
+        let index = port.index();
+        let opcode = port.opcode();
+        let lanes = port.lanes();
+        let route = self.table.get(&opcode);
+        let method = route
+            .and_then(|r| r.method)
+            .map(|(s, m)| (s, m, &self.services[s].methods()[m]));
+        let started = self.config.metrics.then(Instant::now);
+        #[cfg(feature = "tracing")]
+        let _span = tracing::debug_span!(
+            "gpu_rpc_call",
+            method = route.map_or("(unknown)", |r| r.path),
+            opcode,
+            port = index,
+            lanes
+        )
+        .entered();
+        let mut record = CallRecord::default();
+        let r = self.serve_decoded(port, method, &mut record);
+        if let (Ok(()), Some(started)) = (&r, started) {
+            let counters = route.map_or(&self.unknown, |r| &r.counters);
+            counters.add(&record, started.elapsed());
+        }
+        if let Err(a) = r {
+            self.record(ServerError {
+                opcode,
+                method: method.map(|(_, _, info)| info.path),
+                port: index,
+                lane: None,
+                status: Status::Unknown,
+                message: format!("{a}; the server stopped waiting for lanes {lanes:#x} when the kernel ended"),
+            });
+        }
+        r
+    }
+
+    pub(super) fn whole_call_error(
+        &self,
+        opcode: u32,
+        method: Option<&'static str>,
+        port: u32,
+        status: Status,
+        message: String,
+    ) {
+        self.record(ServerError {
+            opcode,
+            method,
+            port,
+            lane: None,
+            status,
+            message,
+        });
+    }
+}

@@ -1,0 +1,494 @@
+//! The server's half of the call frame (the client's is `call.rs`): decode
+//! a frame and its streams from every lane of a port, run the call, send the
+//! statuses, return values and out-buffers; and the per-thread scratch
+//! buffers that keep this allocation-free in the steady state.
+
+use super::server_call::panic_message;
+use super::*;
+
+impl Dispatcher {
+    pub(super) fn serve_decoded(
+        &self,
+        port: Port<'_, '_, ServerSide, Fresh>,
+        method: Option<(usize, usize, &'static MethodInfo)>,
+        record: &mut CallRecord,
+    ) -> Result<(), Abandoned> {
+        let index = port.index();
+        let opcode = port.opcode();
+        let raw_mask = port.peer_mask();
+        // Only lanes the layout has are ever read or written.
+        let lanes = port.lanes();
+        let method_name = method.map(|(_, _, info)| info.path);
+
+        // Frame packet.
+        let mut words = [0u64; MAX_LANES as usize];
+        let mut firsts = [Buffer::default(); MAX_LANES as usize];
+        // The frame word first, then only as much of packet 0 as it
+        // announces (never more than the packet).
+        let port = port.recv_words(1, |lane, b| words[lane as usize] = b.data[0])?;
+        let announced = FrameWord::unpack(if lanes == 0 {
+            0
+        } else {
+            words[lanes.trailing_zeros() as usize]
+        });
+        let packet0_words = 1 + announced.block_len().min(call::FIRST_PAYLOAD).div_ceil(8);
+        port.reread(packet0_words, |lane, b| firsts[lane as usize] = *b);
+
+        let first_lane = lanes.trailing_zeros();
+        let word = if lanes == 0 { 0 } else { words[first_lane as usize] };
+        let frame = FrameWord::unpack(word);
+        let bad = if raw_mask == 0 {
+            Some((Status::InvalidLaneMask, "empty lane mask".to_string()))
+        } else if raw_mask != lanes {
+            Some((
+                Status::InvalidLaneMask,
+                format!(
+                    "lane mask {raw_mask:#x} names lanes the layout lacks ({:#x})",
+                    raw_mask & !lanes
+                ),
+            ))
+        } else if frame.version != FRAME_VERSION {
+            Some((
+                Status::BadFrame,
+                format!(
+                    "frame version {} (expected {FRAME_VERSION}) in frame word {word:#018x}",
+                    frame.version
+                ),
+            ))
+        } else if frame.pack() != word {
+            Some((
+                Status::BadFrame,
+                format!("reserved bits set in frame word {word:#018x}"),
+            ))
+        } else {
+            iter_lanes(lanes).find(|&l| words[l as usize] != word).map(|l| {
+                (
+                    Status::BadFrame,
+                    format!(
+                        "lanes disagree on the frame word (lane {first_lane}: {word:#018x}, lane {l}: {:#018x})",
+                        words[l as usize]
+                    ),
+                )
+            })
+        };
+        if let Some((status, message)) = bad {
+            // The frame cannot be trusted, not even its reply bit or the
+            // packet counts it announces: answer every lane with the error
+            // (one packet) and hand the port back. A client that was still
+            // sending overwrites the answer with its next packet, which
+            // arrives as a new (equally bad) frame; the client reads the error
+            // when it finally waits for a reply.
+            self.whole_call_error(
+                opcode,
+                method_name,
+                index,
+                status,
+                format!("{message}; lanes {lanes:#x} answered {status:?}"),
+            );
+            let port = port.send_words(1, |_, b| b.data[0] = status as u32 as u64)?;
+            port.close();
+            for _ in iter_lanes(lanes) {
+                record.lane(status);
+            }
+            record.bytes_in = 8 * lanes.count_ones() as u64;
+            return Ok(());
+        }
+
+        // Which method, and does the device's frame match it exactly?
+        let desc: Option<&'static CallDesc> = match method {
+            Some((_, _, info)) => Some(info.desc),
+            None if opcode == opcodes::NOOP => Some(&call::NOOP_DESC),
+            None => None,
+        };
+        let call_status = match desc {
+            None => Some((
+                Status::UnknownOpcode,
+                format!(
+                    "unknown opcode: no service on this server handles it; lanes {lanes:#x} answered UnknownOpcode"
+                ),
+            )),
+            Some(d) if d.frame_word() != frame => Some((
+                Status::SignatureMismatch,
+                format!(
+                    "frame word {word:#018x} from the device, {:#018x} here (signature {:#010x} vs {:#010x}): host and \
+                     kernel were built from different definitions of {}; lanes {lanes:#x} answered SignatureMismatch",
+                    d.frame_word().pack(),
+                    frame.signature,
+                    d.signature,
+                    method_name.unwrap_or("gpu_rpc::noop"),
+                ),
+            )),
+            Some(_) => None,
+        };
+        // From here on the frame word is well formed and the same on every
+        // lane, so the packet counts it announces are what the client sends:
+        // they are consumed whatever happens, which keeps both sides in step.
+        let accepted = call_status.is_none();
+        let mut status = [Status::Ok; MAX_LANES as usize];
+        let mut detail = [0u32; MAX_LANES as usize];
+        if let Some((s, message)) = call_status {
+            for lane in iter_lanes(lanes) {
+                status[lane as usize] = s;
+            }
+            self.whole_call_error(opcode, method_name, index, s, message);
+        }
+
+        // Rest of the argument block. A refused call keeps only the stream
+        // lengths (at most 112 bytes a lane); its arguments are consumed
+        // unread.
+        let n_in = frame.in_streams as usize;
+        let n_out = frame.out_streams as usize;
+        let block_len = frame.block_len();
+        let keep = if accepted {
+            block_len
+        } else {
+            call::lengths_bytes(n_in, n_out)
+        };
+        let Scratch {
+            mut blocks,
+            mut streams,
+            rets,
+            outs,
+        } = Scratch::take();
+        for lane in iter_lanes(lanes) {
+            let blk = &mut blocks[lane as usize];
+            blk.clear();
+            blk.resize(keep, 0);
+            call::read_block(0, &firsts[lane as usize], blk);
+        }
+        let port = port.recv_packets(call::spill_packets(block_len), |lane, i, b| {
+            call::read_block(i + 1, b, &mut blocks[lane as usize])
+        })?;
+        let lens = |lane: u32, i: usize| lens_of(&blocks[lane as usize], i);
+
+        // Size limits on streamed inputs and out-buffers (checked before
+        // anything is allocated for them): each buffer against the per-lane
+        // limit, then the call's lanes, in order, against its budget.
+        let limit = self.config.max_stream_bytes;
+        let budget = self.config.max_call_bytes;
+        // Answer `lane` TooLarge (about argument `what`) and log why.
+        let too_large = |lane: u32, what: u32, message: String, status: &mut [Status], detail: &mut [u32]| {
+            status[lane as usize] = Status::TooLarge;
+            detail[lane as usize] = what;
+            self.record(ServerError {
+                opcode,
+                method: method_name,
+                port: index,
+                lane: Some(lane),
+                status: Status::TooLarge,
+                message,
+            });
+        };
+        let mut committed = 0u64;
+        for lane in iter_lanes(lanes) {
+            let l = lane as usize;
+            let mut wants = 0u64;
+            for i in 0..n_in {
+                let len = lens(lane, i);
+                wants = wants.saturating_add(len);
+                if len > limit && status[l] == Status::Ok {
+                    let message = format!("streamed argument {i} is {len} bytes, over the limit of {limit}");
+                    too_large(lane, i as u32, message, &mut status, &mut detail);
+                }
+            }
+            if let (true, Some(d)) = (accepted, desc) {
+                for (j, &es) in d.out_elem_sizes.iter().enumerate() {
+                    let count = lens(lane, n_in + j);
+                    let bytes = count.saturating_mul(es as u64);
+                    wants = wants.saturating_add(bytes);
+                    if bytes > limit && status[l] == Status::Ok {
+                        let message =
+                            format!("out-buffer {j} of {count} elements is {bytes} bytes, over the limit of {limit}");
+                        too_large(lane, (n_in + j) as u32, message, &mut status, &mut detail);
+                    }
+                }
+            }
+            if status[l] == Status::Ok {
+                if committed.saturating_add(wants) > budget {
+                    let message = format!(
+                        "the lane's streams and out-buffers ({wants} bytes) would take the call past \
+                         its budget of {budget} bytes (max_call_bytes; {committed} taken by earlier lanes)"
+                    );
+                    too_large(lane, u32::MAX, message, &mut status, &mut detail);
+                } else {
+                    committed += wants;
+                }
+            }
+        }
+
+        // Streams: consumed for every lane (the client loops over all of
+        // them), stored only for lanes still Ok. Storage grows with the data
+        // that actually arrives and never beyond the declared length.
+        let mut port = port;
+        if accepted {
+            for lane in iter_lanes(lanes) {
+                let s = &mut streams[lane as usize];
+                if s.len() < n_in {
+                    s.resize_with(n_in, Vec::new);
+                }
+            }
+        }
+        for i in 0..n_in {
+            let mut packets = 0u64;
+            for lane in iter_lanes(lanes) {
+                packets = packets.max(call::stream_packets(lens(lane, i)));
+            }
+            port = port.recv_packets(packets, |lane, _, b| {
+                let l = lane as usize;
+                if status[l] != Status::Ok {
+                    return;
+                }
+                // `len <= limit` here, and `limit` is a host allocation size.
+                let want = lens(lane, i) as usize;
+                let Some(s) = streams[l].get_mut(i) else { return };
+                let n = want.saturating_sub(s.len()).min(BUFFER_BYTES);
+                if n == 0 {
+                    return;
+                }
+                if s.capacity() - s.len() < n {
+                    let grow = (want - s.len()).min(s.capacity().max(4096));
+                    s.reserve_exact(grow);
+                }
+                s.extend_from_slice(&b.bytes()[..n]);
+            })?;
+        }
+
+        // Run the call.
+        let mut call = ServerCall {
+            lanes,
+            port: index,
+            opcode,
+            method: method_name,
+            arg_offset: call::lengths_bytes(n_in, n_out),
+            blocks,
+            streams,
+            status,
+            detail,
+            rets,
+            outs,
+            errors: Vec::new(),
+            n_in,
+            _d: std::marker::PhantomData,
+        };
+        if accepted {
+            match method {
+                Some((s, m, info)) => {
+                    let service = &self.services[s];
+                    // `ServerCall::run` catches a panicking host method; this
+                    // catches a hand-written `dispatch` that panics outside it.
+                    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| service.dispatch(m, &mut call))) {
+                        let msg = panic_message(&*payload);
+                        let still_ok: Vec<u32> = call.lanes().collect();
+                        for lane in still_ok {
+                            call.fail(
+                                lane,
+                                LaneError {
+                                    status: Status::HandlerPanicked,
+                                    detail: 0,
+                                    message: format!("{} panicked: {msg}", info.path),
+                                },
+                            );
+                        }
+                    }
+                }
+                None => {
+                    // The runtime's no-op: x + 1.
+                    let ok: Vec<u32> = call.lanes().collect();
+                    for lane in ok {
+                        match call.arg::<u64>(lane, 0) {
+                            Ok(x) => call.set_return(lane, &x.wrapping_add(1)),
+                            Err(e) => call.fail(lane, e),
+                        }
+                    }
+                }
+            }
+        }
+        for e in std::mem::take(&mut call.errors) {
+            self.record(e);
+        }
+        // Relaxed: a statistic.
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        for lane in iter_lanes(lanes) {
+            let l = lane as usize;
+            record.lane(call.status[l]);
+            let streamed: u64 = (0..n_in).map(|i| lens_of(&call.blocks[l], i)).sum();
+            record.bytes_in += 8 + block_len as u64 + streamed;
+            if frame.reply && call.status[l] == Status::Ok {
+                let outs: usize = call.outs[l].iter().map(Vec::len).sum();
+                record.bytes_out += (desc.map_or(0, |d| d.ret_bytes as usize) + outs) as u64;
+            }
+        }
+
+        if !frame.reply {
+            port.close();
+            call.into_scratch().put();
+            return Ok(());
+        }
+
+        // Reply: status + return value. A refused call (unknown opcode,
+        // signature mismatch) has no return value the client could expect:
+        // the server sends packet 0 only.
+        let (ret_len, spill) = match desc {
+            Some(d) if accepted => (d.ret_bytes as usize, call::spill_packets(d.ret_bytes as usize)),
+            _ => (0, 0),
+        };
+        for lane in iter_lanes(lanes) {
+            call.rets[lane as usize].resize(ret_len, 0);
+        }
+        let reply_words = 1 + ret_len.min(call::FIRST_PAYLOAD).div_ceil(8);
+        let port = port.send_words(reply_words, |lane, b| {
+            let l = lane as usize;
+            b.data[0] = call.status[l] as u32 as u64 | (call.detail[l] as u64) << 32;
+            call::fill_block(0, &call.rets[l], b);
+        })?;
+        let mut port = port.send_packets(spill, |lane, i, b| {
+            call::fill_block(i + 1, &call.rets[lane as usize], b)
+        })?;
+
+        // Out-buffers, for the lanes that succeeded.
+        if let (true, Some(d)) = (accepted, desc) {
+            for (j, &es) in d.out_elem_sizes.iter().enumerate() {
+                let per = BUFFER_BYTES / es as usize;
+                let mut packets = 0u64;
+                for lane in iter_lanes(lanes) {
+                    if call.status[lane as usize] == Status::Ok {
+                        packets = packets.max(call::out_packets(lens_of(&call.blocks[lane as usize], n_in + j), es));
+                    }
+                }
+                port = port.send_packets(packets, |lane, i, b| {
+                    let l = lane as usize;
+                    if call.status[l] != Status::Ok {
+                        return;
+                    }
+                    if let Some(data) = call.outs[l].get(j) {
+                        let start = i as usize * per * es as usize;
+                        if start < data.len() {
+                            let n = (data.len() - start).min(per * es as usize);
+                            b.bytes_mut()[..n].copy_from_slice(&data[start..start + n]);
+                        }
+                    }
+                })?;
+            }
+        }
+        port.close();
+        call.into_scratch().put();
+        Ok(())
+    }
+}
+
+/// Per-thread buffers a call's decoding reuses, so serving a call allocates
+/// nothing in the steady state (only a stream or out-buffer larger than any
+/// before it grows one). Buffers that grew beyond [`KEEP_BYTES`] are freed
+/// after the call instead of kept.
+pub(super) struct Scratch {
+    pub(super) blocks: Vec<Vec<u8>>,
+    pub(super) streams: Vec<Vec<Vec<u8>>>,
+    pub(super) rets: Vec<Vec<u8>>,
+    pub(super) outs: Vec<Vec<Vec<u8>>>,
+}
+
+/// Largest buffer a server thread keeps for reuse.
+const KEEP_BYTES: usize = 1 << 20;
+
+/// The most scratch capacity a server thread keeps between calls, over all
+/// its buffers: past it, buffers are freed (largest first, so small ones
+/// keep their reuse).
+const KEEP_TOTAL_BYTES: usize = 4 << 20;
+
+impl Scratch {
+    pub(super) fn new() -> Scratch {
+        let lanes = MAX_LANES as usize;
+        Scratch {
+            blocks: (0..lanes).map(|_| Vec::new()).collect(),
+            streams: (0..lanes).map(|_| Vec::new()).collect(),
+            rets: (0..lanes).map(|_| Vec::new()).collect(),
+            outs: (0..lanes).map(|_| Vec::new()).collect(),
+        }
+    }
+
+    /// Take this thread's scratch (a fresh one if a call is already using it).
+    pub(super) fn take() -> Scratch {
+        SCRATCH.with(|s| s.borrow_mut().take()).unwrap_or_else(Scratch::new)
+    }
+
+    /// Give the buffers back for the next call on this thread.
+    pub(super) fn put(mut self) {
+        fn trim(v: &mut Vec<u8>) {
+            if v.capacity() > KEEP_BYTES {
+                *v = Vec::new();
+            } else {
+                v.clear();
+            }
+        }
+        self.blocks.iter_mut().for_each(trim);
+        self.rets.iter_mut().for_each(trim);
+        self.streams
+            .iter_mut()
+            .chain(self.outs.iter_mut())
+            .flatten()
+            .for_each(trim);
+        let mut kept: Vec<&mut Vec<u8>> = self
+            .blocks
+            .iter_mut()
+            .chain(self.rets.iter_mut())
+            .chain(self.streams.iter_mut().chain(self.outs.iter_mut()).flatten())
+            .filter(|v| v.capacity() > 0)
+            .collect();
+        let mut total: usize = kept.iter().map(|v| v.capacity()).sum();
+        if total > KEEP_TOTAL_BYTES {
+            kept.sort_unstable_by_key(|v| std::cmp::Reverse(v.capacity()));
+            for v in kept {
+                if total <= KEEP_TOTAL_BYTES {
+                    break;
+                }
+                total -= v.capacity();
+                *v = Vec::new();
+            }
+        }
+        SCRATCH.with(|s| *s.borrow_mut() = Some(self));
+    }
+}
+
+std::thread_local! {
+    static SCRATCH: std::cell::RefCell<Option<Scratch>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The `u64` at index `i` of an argument block, or 0 if the block is shorter.
+pub(super) fn lens_of(block: &[u8], i: usize) -> u64 {
+    block
+        .get(8 * i..8 * i + 8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// After a call with 64 lanes × 7 out-buffers of 1 MiB (each at the
+    /// per-buffer cap, so each alone would be kept), the thread keeps at most
+    /// `KEEP_TOTAL_BYTES` of scratch in all.
+    #[test]
+    fn scratch_kept_between_calls_is_capped_in_total() {
+        let mut s = Scratch::take();
+        for outs in s.outs.iter_mut() {
+            *outs = (0..7).map(|_| Vec::with_capacity(KEEP_BYTES)).collect();
+        }
+        for b in s.blocks.iter_mut() {
+            b.reserve_exact(64);
+        }
+        s.put();
+        let s = Scratch::take();
+        let kept: usize = s
+            .blocks
+            .iter()
+            .chain(&s.rets)
+            .chain(s.streams.iter().chain(&s.outs).flatten())
+            .map(Vec::capacity)
+            .sum();
+        assert!(kept <= KEEP_TOTAL_BYTES, "kept {kept} bytes");
+        // The small buffers survive: they are freed last.
+        assert!(s.blocks.iter().all(|b| b.capacity() >= 64));
+    }
+}
