@@ -50,8 +50,9 @@ struct Cli {
     /// GPU to run on (CUDA ordinal or HSA agent index).
     #[arg(long, default_value_t = 0, conflicts_with = "all_devices")]
     device: usize,
-    /// Run the kernel on every visible CUDA GPU at once, all served by one
-    /// pool of server threads; the run fails if any device's launch fails.
+    /// Run the kernel on every visible GPU at once (CUDA devices for PTX, HSA
+    /// agents for an AMD code object), all served by one pool of server
+    /// threads; the run fails if any device's launch fails.
     #[arg(long)]
     all_devices: bool,
     /// RPC ports (default: one per warp, at most 4096).
@@ -316,17 +317,41 @@ fn exit_code<E: std::fmt::Display>(host: &StdHost, result: Result<(), E>) -> Res
     }
 }
 
+/// The devices to run on: `--device`, or every one with `--all-devices`.
+fn ordinals<E: std::fmt::Display>(cli: &Cli, count: impl FnOnce() -> Result<usize, E>) -> Result<Vec<usize>, String> {
+    if cli.all_devices {
+        Ok((0..count().map_err(|e| e.to_string())?).collect())
+    } else {
+        Ok(vec![cli.device])
+    }
+}
+
+/// The exit code after the launches on `ordinals`: each device's error is
+/// printed (when there are several), the first one decides.
+fn finish<R, E: std::fmt::Display>(
+    host: &StdHost,
+    ordinals: &[usize],
+    results: Vec<Result<R, E>>,
+) -> Result<u8, String> {
+    let mut failure = None;
+    for (ordinal, r) in ordinals.iter().zip(results) {
+        if let Err(err) = r {
+            if ordinals.len() > 1 {
+                eprintln!("gpu-run: device {ordinal}: {err}");
+            }
+            failure.get_or_insert(err);
+        }
+    }
+    exit_code(host, failure.map_or(Ok(()), Err))
+}
+
 fn run_cuda(cli: &Cli, config: StdHostConfig, ptx: &str) -> Result<u8, String> {
     use gpu_rpc::cuda::{
         launch_many, CudaDevice, CudaRegion, Job, KernelArg, Launch, MappedBuffer, Module, PinnedBuffer,
     };
 
     let e = |e: gpu_rpc::cuda::CudaError| e.to_string();
-    let ordinals: Vec<usize> = if cli.all_devices {
-        (0..CudaDevice::count().map_err(e)?).collect()
-    } else {
-        vec![cli.device]
-    };
+    let ordinals = ordinals(cli, CudaDevice::count)?;
     let devices = ordinals
         .iter()
         .map(|&o| CudaDevice::new(o))
@@ -380,32 +405,32 @@ fn run_cuda(cli: &Cli, config: StdHostConfig, ptx: &str) -> Result<u8, String> {
             extra: &args[i],
         })
         .collect();
-    let mut failure = None;
-    for (ordinal, r) in ordinals.iter().zip(launch_many(&jobs)) {
-        if let Err(err) = r {
-            if devices.len() > 1 {
-                eprintln!("gpu-run: device {ordinal}: {err}");
-            }
-            failure.get_or_insert(err);
-        }
-    }
-    exit_code(&host, failure.map_or(Ok(()), Err))
+    finish(&host, &ordinals, launch_many(&jobs))
 }
 
 fn run_hsa(cli: &Cli, config: StdHostConfig, bytes: Vec<u8>) -> Result<u8, String> {
-    use gpu_rpc::hsa::{launch, CodeObject, HsaBuffer, HsaDevice, KernelArg, Launch, MappedBuffer, Module};
+    use gpu_rpc::hsa::{
+        launch_many, CodeObject, HsaBuffer, HsaDevice, HsaRegion, Job, KernelArg, Launch, MappedBuffer, Module,
+    };
 
-    let code = CodeObject::from_bytes(bytes).map_err(|e| e.to_string())?;
-    let dev = HsaDevice::new(cli.device).map_err(|e| e.to_string())?;
-    let module = Module::load(&dev, &code).map_err(|e| e.to_string())?;
-    let kernel = module.kernel(&cli.kernel).map_err(|e| e.to_string())?;
-    let argv = argv(cli);
-    let mut buf = HsaBuffer::new(&dev, argv_bytes(&argv)).map_err(|e| e.to_string())?;
-    let base = buf.device_ptr();
-    // SAFETY: the buffer is ours and no kernel runs yet.
-    write_argv(&argv, unsafe { buf.as_mut_slice() }, base);
-    let (host, dispatchers) = std_services(cli, config, 1)?;
-    let dispatcher = &dispatchers[0];
+    let e = |e: gpu_rpc::hsa::HsaError| e.to_string();
+    let code = CodeObject::from_bytes(bytes).map_err(e)?;
+    let ordinals = ordinals(cli, HsaDevice::count)?;
+    let devices = ordinals
+        .iter()
+        .map(|&o| HsaDevice::new(o))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(e)?;
+    let modules = devices
+        .iter()
+        .map(|d| Module::load(d, &code))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(e)?;
+    let kernels = modules
+        .iter()
+        .map(|m| m.kernel(&cli.kernel))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(e)?;
     let mut cfg = Launch {
         grid: cli.blocks,
         block: cli.threads,
@@ -415,8 +440,35 @@ fn run_hsa(cli: &Cli, config: StdHostConfig, bytes: Vec<u8>) -> Result<u8, Strin
     if let Some(p) = cli.ports {
         cfg.port_count = p;
     }
-    let args = [KernelArg::U32(argv.len() as u32), KernelArg::Ptr(base)];
-    exit_code(&host, launch(&kernel, &cfg, dispatcher, &args).map(|_| ()))
+    let argv = argv(cli);
+    let mut regions = Vec::new();
+    let mut buffers = Vec::new();
+    for dev in &devices {
+        let waves = cfg.wavefronts(dev.wavefront_size());
+        let ports = waves.min(cfg.port_count as u64).clamp(1, 65536) as u32;
+        regions.push(HsaRegion::new(dev, ports).map_err(e)?);
+        // argv in fine-grained memory this agent reads.
+        let mut buf = HsaBuffer::new(dev, argv_bytes(&argv)).map_err(e)?;
+        let base = buf.device_ptr();
+        // SAFETY: the buffer is ours and no kernel runs yet.
+        write_argv(&argv, unsafe { buf.as_mut_slice() }, base);
+        buffers.push(buf);
+    }
+    let (host, dispatchers) = std_services(cli, config, devices.len())?;
+    let args: Vec<[KernelArg; 2]> = buffers
+        .iter()
+        .map(|b| [KernelArg::U32(argv.len() as u32), KernelArg::Ptr(b.device_ptr())])
+        .collect();
+    let jobs: Vec<Job<'_, '_>> = (0..devices.len())
+        .map(|i| Job {
+            region: &regions[i],
+            kernel: &kernels[i],
+            launch: &cfg,
+            dispatcher: &dispatchers[i],
+            extra: &args[i],
+        })
+        .collect();
+    finish(&host, &ordinals, launch_many(&jobs))
 }
 
 #[cfg(test)]

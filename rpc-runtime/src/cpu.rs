@@ -17,15 +17,16 @@
 
 use std::alloc::{alloc_zeroed, dealloc, Layout as AllocLayout};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::Duration;
 
 mod raw;
 pub use raw::RawDevice;
 
+use crate::host::{launch_and_serve, HostJob, RunKernel};
 use crate::lanes::Halt;
 use crate::protocol::{self, client_local_words, lock_words, Client, Layout, Parts, Server};
-use crate::server::{serve_pool, Dispatcher, Served};
+use crate::server::Dispatcher;
 
 /// A shared region and the two sides' lock arrays, in host memory.
 pub struct Region {
@@ -297,25 +298,6 @@ pub fn run_devices<F>(devices: &[Device<'_>], server_threads: usize, kernel: F) 
 where
     F: Fn(usize, &Client<'_>, ThreadIdx) + Sync,
 {
-    let start = Instant::now();
-    let before: Vec<u64> = devices.iter().map(|d| d.dispatcher.error_count()).collect();
-    // A region an earlier run left a call abandoned on would hang this run's
-    // clients (that port never comes back): refuse it before anything runs.
-    let mut stale: Vec<Option<LanePanic>> = devices
-        .iter()
-        .map(|d| {
-            (!d.region.is_quiescent()).then(|| {
-                LanePanic::whole_run(format!(
-                    "the region is not at rest ({}): an earlier run abandoned a call on it; use a fresh region",
-                    d.region
-                        .busy_ports()
-                        .first()
-                        .map_or("a port is held".to_string(), |p| p.to_string())
-                ))
-            })
-        })
-        .collect();
-    let done: Vec<AtomicBool> = stale.iter().map(|s| AtomicBool::new(s.is_some())).collect();
     let halted: Vec<AtomicUsize> = devices.iter().map(|_| AtomicUsize::new(0)).collect();
     let server_threads = server_threads.max(1) as u32;
     // Spin between polls only when every thread can have a core; on an
@@ -327,120 +309,103 @@ where
     } else {
         0
     };
-    let mut panics: Vec<Option<LanePanic>> = devices.iter().map(|_| None).collect();
-    let mut abandoned: Vec<Option<protocol::Abandoned>> = devices.iter().map(|_| None).collect();
-    let mut served: Vec<u64> = devices.iter().map(|_| 0).collect();
-    std::thread::scope(|s| {
-        let done = &done;
-        let started = crate::spawn::servers(s, server_threads, move |t| {
-            let servers: Vec<Server<'_>> = devices
-                .iter()
-                .zip(done)
-                .map(|(d, f)| d.region.server().with_abort(f))
-                .collect();
-            let pool: Vec<Served<'_, '_>> = servers
-                .iter()
-                .zip(devices)
-                .zip(done)
-                .map(|((server, d), done)| Served {
-                    server,
-                    dispatcher: d.dispatcher,
-                    done,
-                })
-                .collect();
-            serve_pool(&pool, t, server_threads, idle_spins)
-        });
-        // With no server thread nothing can run: no client starts.
-        let servers = started.unwrap_or_else(|e| {
-            for slot in stale.iter_mut() {
-                slot.get_or_insert_with(|| LanePanic::whole_run(format!("no server thread could be started: {e}")));
-            }
-            Vec::new()
-        });
-        let clients: Vec<Vec<_>> = devices
-            .iter()
-            .enumerate()
-            .map(|(dev, d)| {
-                let threads = if stale[dev].is_some() { 0 } else { d.threads };
-                (0..threads)
-                    .map(|id| {
-                        let kernel = &kernel;
-                        let halted = &halted[dev];
-                        let count = d.threads;
-                        let region = d.region;
-                        crate::spawn::scoped(s, format!("gpu_rpc client {dev}.{id}"), move || {
-                            let client = region.client();
-                            match catch_unwind(AssertUnwindSafe(|| kernel(dev, &client, ThreadIdx { id, count }))) {
-                                Ok(()) => Ok(()),
-                                Err(p) if p.is::<Halt>() => {
-                                    // Relaxed: a statistic read after join.
-                                    halted.fetch_add(1, Ordering::Relaxed);
-                                    Ok(())
-                                }
-                                Err(p) => Err(LanePanic {
-                                    thread: id,
-                                    message: p
-                                        .downcast_ref::<&str>()
-                                        .map(|s| s.to_string())
-                                        .or_else(|| p.downcast_ref::<String>().cloned())
-                                        .unwrap_or_default(),
-                                }),
-                            }
-                        })
-                    })
-                    .collect()
-            })
-            .collect();
-        for (dev, handles) in clients.into_iter().enumerate() {
-            for (id, c) in handles.into_iter().enumerate() {
-                let outcome = match c {
-                    Ok(handle) => handle.join().expect("client thread"),
-                    // The other threads still run; the device's run fails.
-                    Err(e) => Err(LanePanic::whole_run(format!(
-                        "client thread {id} could not be started: {e}"
-                    ))),
-                };
-                if let Err(p) = outcome {
-                    panics[dev].get_or_insert(p);
-                }
-            }
-            // Release: pairs with the servers' acquire load of `done`.
-            done[dev].store(true, Ordering::Release);
-        }
-        for sv in servers {
-            for (dev, r) in sv.join().expect("server thread").into_iter().enumerate() {
-                match r {
-                    Ok(n) => served[dev] += n,
-                    Err(a) => {
-                        abandoned[dev].get_or_insert(a);
-                    }
-                }
-            }
-        }
-    });
-    let elapsed = start.elapsed();
-    devices
+    let kernel = &kernel;
+    let jobs = devices
         .iter()
+        .zip(&halted)
         .enumerate()
-        .map(|(dev, d)| {
-            if let Some(p) = stale[dev].take() {
-                return Err(p);
-            }
-            if let Some(p) = panics[dev].take() {
-                return Err(p);
-            }
-            if let Some(a) = abandoned[dev] {
+        .map(|(dev, (d, halted))| HostJob {
+            server: d.region.server(),
+            dispatcher: d.dispatcher,
+            run: at_rest(d.region).map(|()| {
+                Box::new(move || run_lanes(dev, d, kernel, halted).map(|()| None)) as RunKernel<'_, LanePanic>
+            }),
+        })
+        .collect();
+    let outcomes = launch_and_serve(jobs, server_threads, idle_spins, |what, e| {
+        LanePanic::whole_run(format!("{what}: {e}"))
+    });
+    outcomes
+        .into_iter()
+        .zip(&halted)
+        .map(|(o, halted)| {
+            o.ran?;
+            if let Some(a) = o.abandoned {
                 return Err(LanePanic::whole_run(a.to_string()));
             }
             Ok(Report {
-                calls: served[dev],
-                errors: d.dispatcher.error_count() - before[dev],
-                elapsed,
+                calls: o.calls,
+                errors: o.errors,
+                elapsed: o.elapsed,
                 // Relaxed: all threads joined.
-                halted: halted[dev].load(Ordering::Relaxed),
+                halted: halted.load(Ordering::Relaxed),
             })
         })
         .collect()
+}
+
+/// A region an earlier run left a call abandoned on would hang this run's
+/// clients (that port never comes back): refused before anything runs.
+fn at_rest(region: &Region) -> Result<(), LanePanic> {
+    if region.is_quiescent() {
+        return Ok(());
+    }
+    Err(LanePanic::whole_run(format!(
+        "the region is not at rest ({}): an earlier run abandoned a call on it; use a fresh region",
+        region
+            .busy_ports()
+            .first()
+            .map_or("a port is held".to_string(), |p| p.to_string())
+    )))
+}
+
+/// Run device `dev`'s client lanes, one host thread each, until all are
+/// over; the first lane's panic (or a lane the OS would not start) is the
+/// device's error. A lane that halted (`-> !` methods) ended normally.
+fn run_lanes<F>(dev: usize, d: &Device<'_>, kernel: &F, halted: &AtomicUsize) -> Result<(), LanePanic>
+where
+    F: Fn(usize, &Client<'_>, ThreadIdx) + Sync,
+{
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..d.threads)
+            .map(|id| {
+                let (count, region) = (d.threads, d.region);
+                crate::spawn::scoped(s, format!("gpu_rpc client {dev}.{id}"), move || {
+                    let client = region.client();
+                    match catch_unwind(AssertUnwindSafe(|| kernel(dev, &client, ThreadIdx { id, count }))) {
+                        Ok(()) => Ok(()),
+                        Err(p) if p.is::<Halt>() => {
+                            // Relaxed: a statistic read after join.
+                            halted.fetch_add(1, Ordering::Relaxed);
+                            Ok(())
+                        }
+                        Err(p) => Err(LanePanic {
+                            thread: id,
+                            message: p
+                                .downcast_ref::<&str>()
+                                .map(|s| s.to_string())
+                                .or_else(|| p.downcast_ref::<String>().cloned())
+                                .unwrap_or_default(),
+                        }),
+                    }
+                })
+            })
+            .collect();
+        let mut first = None;
+        for (id, c) in handles.into_iter().enumerate() {
+            let outcome = match c {
+                Ok(handle) => handle.join().expect("client thread"),
+                // The other threads still run; the device's run fails.
+                Err(e) => Err(LanePanic::whole_run(format!(
+                    "client thread {id} could not be started: {e}"
+                ))),
+            };
+            if let Err(p) = outcome {
+                first.get_or_insert(p);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    })
 }
 
 #[cfg(test)]
@@ -489,8 +454,9 @@ mod tests {
     #[test]
     fn a_client_thread_that_cannot_start_fails_the_run_and_the_others_finish() {
         let d = Dispatcher::new(ServerConfig::default());
-        // Both server threads and client 0 start; client 1 does not.
-        crate::spawn::failures::plan(3, 1);
+        // Both server threads, the thread that runs the device's lanes and
+        // client 0 start; client 1 does not.
+        crate::spawn::failures::plan(4, 1);
         let finished = AtomicUsize::new(0);
         let e = run(&launch(3, 2), &d, |c, _| {
             c.noop(1).unwrap();

@@ -7,9 +7,11 @@
 //!   memory; [`CudaRegion::client_desc`] is what a kernel receives.
 //! * [`Module`] / [`Kernel`] — PTX text loaded with `cuModuleLoadDataEx`, and
 //!   one of its entry points.
-//! * [`launch`] / [`launch_with_region`] — launch a kernel whose first
-//!   parameter is a [`ClientDesc`] on a non-blocking stream and serve its calls
-//!   on host threads until it has finished.
+//! * [`launch`] / [`launch_with_region`] / [`launch_many`] — launch a kernel
+//!   (or several, on one GPU or several) whose first parameter is a
+//!   [`ClientDesc`] on a non-blocking stream and serve its calls on host
+//!   threads until it has finished: the launch-and-serve path every backend
+//!   shares.
 //! * [`PinnedBuffer`] — extra pinned, mapped host memory (kernel outputs, raw
 //!   baselines).
 //!
@@ -59,7 +61,8 @@ use std::time::{Duration, Instant};
 use cudarc::driver::{result, sys, CudaContext, DriverError};
 
 pub use crate::launch::{KernelArg, MappedBuffer, Report};
-use crate::launch::{StopOnDrop, SERVER_IDLE_SPINS};
+use crate::host::{launch_and_serve, HostJob, RunKernel};
+use crate::launch::SERVER_IDLE_SPINS;
 use crate::protocol::{client_local_words, lock_words, Abandoned, ClientDesc, Layout, Parts, Server, MAX_PORTS};
 use crate::server::{serve_pool, Dispatcher, Served};
 

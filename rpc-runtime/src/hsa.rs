@@ -11,9 +11,10 @@
 //! * [`CodeObject`] / [`Module`] / [`Kernel`] — an AMDGPU code object (ELF,
 //!   as `rpc-build` links it), loaded into an HSA executable, and one of its
 //!   kernels (`<name>.kd`).
-//! * [`launch`] / [`launch_with_region`] — dispatch a kernel with an AQL
-//!   packet on a fresh queue and serve its calls on host threads until the
-//!   packet's completion signal fires.
+//! * [`launch`] / [`launch_with_region`] / [`launch_many`] — dispatch a
+//!   kernel (or several, on one agent or several) with an AQL packet on a
+//!   fresh queue and serve its calls on host threads until the packet's
+//!   completion signal fires: the launch-and-serve path every backend shares.
 //! * [`HsaBuffer`] — extra fine-grained, GPU-visible host memory (kernel
 //!   outputs).
 //! * [`aql`] — the AQL kernel dispatch packet and its header bits;
@@ -97,15 +98,14 @@
 
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::fmt;
-use std::panic::resume_unwind;
 use std::path::Path;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
 
 pub use crate::launch::{KernelArg, MappedBuffer, Report};
-use crate::launch::{StopOnDrop, SERVER_IDLE_SPINS};
+use crate::host::{launch_and_serve, HostJob, RunKernel};
+use crate::launch::SERVER_IDLE_SPINS;
 use crate::protocol::{
     client_local_words, client_locks_released, lock_words, Abandoned, ClientDesc, Layout, Parts, Server, MAX_PORTS,
 };

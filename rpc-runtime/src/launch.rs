@@ -2,7 +2,6 @@
 //! host views of mapped buffers, and the flag that stops server threads
 //! (features `cuda` and `hsa`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// An extra kernel argument, after the descriptor.
@@ -79,18 +78,6 @@ pub struct Report {
 /// host polls memory the GPU writes, and a yield would add its latency to
 /// every call.
 pub(crate) const SERVER_IDLE_SPINS: u32 = 1 << 16;
-
-/// Sets the flag when dropped, so server threads stop even if the launching
-/// thread unwinds.
-pub(crate) struct StopOnDrop<'a>(pub(crate) &'a AtomicBool);
-
-impl Drop for StopOnDrop<'_> {
-    fn drop(&mut self) {
-        // Release: pairs with the servers' acquire load of the flag in
-        // `server::serve_pool`.
-        self.0.store(true, Ordering::Release);
-    }
-}
 
 /// Host memory a GPU also reads and writes (CUDA's pinned mapped buffers,
 /// HSA's fine-grained ones): the host-side views both backends' buffers

@@ -51,6 +51,8 @@ pub mod wire;
 #[cfg(any(feature = "cuda", feature = "hsa"))]
 pub mod launch;
 #[cfg(feature = "std")]
+mod host;
+#[cfg(feature = "std")]
 pub mod metrics;
 #[cfg(feature = "std")]
 pub mod server;

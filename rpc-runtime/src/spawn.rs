@@ -16,7 +16,15 @@ pub(crate) fn scoped<'s, 'e, T: Send + 's>(
     if failures::take() {
         return Err(io::Error::other("refused by the test"));
     }
-    Builder::new().name(name).spawn_scoped(scope, f)
+    // A started thread goes on with what is left of the plan, so that the
+    // threads it starts (a kernel's client lanes) are planned too.
+    #[cfg(test)]
+    let plan = failures::current();
+    Builder::new().name(name).spawn_scoped(scope, move || {
+        #[cfg(test)]
+        failures::set(plan);
+        f()
+    })
 }
 
 /// Start a thread named `name` that outlives the caller (a background
@@ -69,6 +77,16 @@ pub(crate) mod failures {
     /// Let `ok` spawns through, then fail `fail` of them.
     pub(crate) fn plan(ok: usize, fail: usize) {
         PLAN.with(|p| p.set((ok, fail)));
+    }
+
+    /// What is left of this thread's plan.
+    pub(crate) fn current() -> (usize, usize) {
+        PLAN.with(Cell::get)
+    }
+
+    /// Continue a plan on this thread.
+    pub(crate) fn set(plan: (usize, usize)) {
+        PLAN.with(|p| p.set(plan));
     }
 
     /// Whether this spawn fails.

@@ -337,157 +337,86 @@ impl Params {
 /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
 /// ```
 pub fn launch_many(jobs: &[Job<'_, '_>]) -> Vec<Result<Report, CudaError>> {
-    let start = Instant::now();
-    let mut results: Vec<Option<Result<Report, CudaError>>> = jobs.iter().map(|_| None).collect();
-    // Check every job before anything runs.
-    for (job, result) in jobs.iter().zip(results.iter_mut()) {
-        let checked = job
-            .launch
-            .validate()
-            .and_then(|()| job.kernel.check_args(job.extra))
-            .and_then(|()| {
-                let device = job.region.device();
-                if !device.same_context(job.kernel.module.device()) {
-                    return Err(CudaError::config(format!(
-                        "the region is on CUDA device {} but kernel `{}` is loaded on device {}",
-                        device.ordinal(),
-                        job.kernel.name,
-                        job.kernel.module.device().ordinal()
-                    )));
-                }
-                device.bind()?;
-                device.ensure_stack_size(MIN_STACK_BYTES)?;
-                // A call an earlier launch abandoned keeps its port: this
-                // launch's clients would wait for it forever.
-                if job.region.is_quiescent()? {
-                    return Ok(());
-                }
-                let port = job
-                    .region
-                    .busy_ports()?
-                    .first()
-                    .map_or("a port is held".to_string(), |p| p.to_string());
-                Err(CudaError::config(format!(
-                    "the region is not at rest ({port}): an earlier launch abandoned a call on it; use a fresh region"
-                )))
-            });
-        if let Err(e) = checked {
-            *result = Some(Err(e));
-        }
-    }
-    let before: Vec<u64> = jobs.iter().map(|j| j.dispatcher.error_count()).collect();
-    // A job that was refused counts as over from the start.
-    let done: Vec<AtomicBool> = results.iter().map(|r| AtomicBool::new(r.is_some())).collect();
     let threads = jobs
         .iter()
         .map(|j| j.launch.server_threads)
         .max()
         .unwrap_or(1)
         .clamp(1, u32::MAX as usize) as u32;
-
-    let (ran, abandoned, served) =
-        std::thread::scope(|s| {
-            let done = &done;
-            let started = crate::spawn::servers(s, threads, move |t| {
-                let servers: Vec<Server<'_>> = jobs
-                    .iter()
-                    .zip(done)
-                    .map(|(j, f)| j.region.server().with_abort(f))
-                    .collect();
-                let pool: Vec<Served<'_, '_>> = servers
-                    .iter()
-                    .zip(jobs)
-                    .zip(done)
-                    .map(|((server, j), done)| Served {
-                        server,
-                        dispatcher: j.dispatcher,
-                        done,
-                    })
-                    .collect();
-                serve_pool(&pool, t, threads, SERVER_IDLE_SPINS)
+    // Check every job before anything runs.
+    let host_jobs = jobs
+        .iter()
+        .map(|job| {
+            let run = check_job(job).map(|()| {
+                let mut params = Params::new(job.region.client_desc(), job.extra);
+                let device = job.region.device();
+                Box::new(move || {
+                    // The whole of `params` moves to the thread (it is `Send`,
+                    // its pointer array alone is not).
+                    let params = &mut params;
+                    device.bind()?;
+                    run_kernel(device, job.kernel, job.launch, &mut params.ptrs)
+                }) as RunKernel<'_, CudaError>
             });
-            let (servers, no_servers) = match started {
-                Ok(servers) => (servers, None),
-                Err(e) => (Vec::new(), Some(e)),
-            };
-            // One thread per kernel launches it on its own stream and waits for it.
-            let watchers: Vec<_> =
-                jobs.iter()
-                    .zip(done)
-                    .zip(&results)
-                    .enumerate()
-                    .map(|(i, ((job, flag), refused))| {
-                        let params = refused
-                            .is_none()
-                            .then(|| Params::new(job.region.client_desc(), job.extra));
-                        // Release (both stores): as `StopOnDrop`, for servers
-                        // that would wait on this job.
-                        if let (Some(why), Some(_)) = (&no_servers, &params) {
-                            flag.store(true, std::sync::atomic::Ordering::Release);
-                            return Err(CudaError::config(format!("no server thread could be started: {why}")));
-                        }
-                        crate::spawn::scoped(s, format!("gpu_rpc launch {i}"), move || {
-                            let mut params = params?;
-                            // The kernel is over (or never started) when this returns
-                            // or unwinds: let the servers drain its region and stop.
-                            let _stop = StopOnDrop(flag);
-                            Some(job.region.device().bind().and_then(|()| {
-                                run_kernel(job.region.device(), job.kernel, job.launch, &mut params.ptrs)
-                            }))
-                        })
-                        .map_err(|e| {
-                            flag.store(true, std::sync::atomic::Ordering::Release);
-                            CudaError::config(format!("the thread that launches the kernel could not be started: {e}"))
-                        })
-                    })
-                    .collect();
-            let ran: Vec<Option<Result<Option<Duration>, CudaError>>> = watchers
-                .into_iter()
-                .map(|w| match w {
-                    Ok(h) => h.join().unwrap_or_else(|p| resume_unwind(p)),
-                    Err(e) => Some(Err(e)),
-                })
-                .collect();
-            let mut abandoned: Vec<Option<Abandoned>> = jobs.iter().map(|_| None).collect();
-            let mut served: Vec<u64> = jobs.iter().map(|_| 0).collect();
-            for h in servers {
-                let outcomes = h.join().unwrap_or_else(|p| resume_unwind(p));
-                for ((slot, n), outcome) in abandoned.iter_mut().zip(served.iter_mut()).zip(outcomes) {
-                    match outcome {
-                        Ok(calls) => *n += calls,
-                        Err(a) => {
-                            slot.get_or_insert(a);
-                        }
-                    }
-                }
+            HostJob {
+                server: job.region.server(),
+                dispatcher: job.dispatcher,
+                run,
             }
-            (ran, abandoned, served)
-        });
-    let elapsed = start.elapsed();
+        })
+        .collect();
+    let outcomes = launch_and_serve(host_jobs, threads, SERVER_IDLE_SPINS, |what, e| {
+        CudaError::config(format!("{what}: {e}"))
+    });
     jobs.iter()
-        .zip(results)
-        .zip(ran)
-        .zip(abandoned)
-        .zip(before)
-        .zip(served)
-        .map(|(((((job, refused), ran), abandoned), errors), calls)| {
-            if let Some(r) = refused {
-                return r;
-            }
-            let kernel_time = ran.expect("a launched job has a result")?;
-            if let Some(a) = abandoned {
+        .zip(outcomes)
+        .map(|(job, o)| {
+            let kernel_time = o.ran?;
+            if let Some(a) = o.abandoned {
                 return Err(CudaError::Abandoned {
                     kernel: job.kernel.name.clone(),
                     abandoned: a,
                 });
             }
             Ok(Report {
-                calls,
-                errors: job.dispatcher.error_count() - errors,
-                elapsed,
+                calls: o.calls,
+                errors: o.errors,
+                elapsed: o.elapsed,
                 kernel_time,
                 port_count: job.region.layout.port_count(),
             })
         })
         .collect()
+}
+
+/// What must hold before a job's kernel may run: a valid configuration,
+/// arguments matching the kernel, region and kernel on one context, and a
+/// region at rest.
+fn check_job(job: &Job<'_, '_>) -> Result<(), CudaError> {
+    job.launch.validate()?;
+    job.kernel.check_args(job.extra)?;
+    let device = job.region.device();
+    if !device.same_context(job.kernel.module.device()) {
+        return Err(CudaError::config(format!(
+            "the region is on CUDA device {} but kernel `{}` is loaded on device {}",
+            device.ordinal(),
+            job.kernel.name,
+            job.kernel.module.device().ordinal()
+        )));
+    }
+    device.bind()?;
+    device.ensure_stack_size(MIN_STACK_BYTES)?;
+    // A call an earlier launch abandoned keeps its port: this launch's
+    // clients would wait for it forever.
+    if job.region.is_quiescent()? {
+        return Ok(());
+    }
+    let port = job
+        .region
+        .busy_ports()?
+        .first()
+        .map_or("a port is held".to_string(), |p| p.to_string());
+    Err(CudaError::config(format!(
+        "the region is not at rest ({port}): an earlier launch abandoned a call on it; use a fresh region"
+    )))
 }

@@ -227,18 +227,6 @@ impl Drop for QueueGuard {
     }
 }
 
-/// One server thread: as in the CUDA backend.
-pub(super) fn serve(
-    region: &HsaRegion,
-    dispatcher: &Dispatcher,
-    done: &AtomicBool,
-    t: u32,
-    threads: u32,
-) -> Result<u64, Abandoned> {
-    let server = region.server().with_abort(done);
-    dispatcher.serve_until(&server, t, threads, done, SERVER_IDLE_SPINS)
-}
-
 /// Dispatch and wait until the completion signal fires or the queue reports
 /// an error. When this returns, the kernel is not running (or never started).
 pub(super) fn run_kernel(
@@ -373,56 +361,123 @@ pub fn launch_with_region(
     dispatcher: &Dispatcher,
     extra: &[KernelArg],
 ) -> Result<Report, HsaError> {
-    launch.validate()?;
-    if !region.device().same_agent(kernel.module.device()) {
+    let job = Job {
+        region,
+        kernel,
+        launch,
+        dispatcher,
+        extra,
+    };
+    launch_many(std::slice::from_ref(&job)).pop().expect("one job")
+}
+
+/// One kernel launch of [`launch_many`]: the region it calls through, the
+/// kernel and its configuration, who serves it, its extra arguments.
+pub struct Job<'a, 'm> {
+    /// The region the kernel's client uses (its port count wins over
+    /// `launch.port_count`).
+    pub region: &'a HsaRegion,
+    /// The kernel.
+    pub kernel: &'a Kernel<'m>,
+    /// Grid, block and server threads.
+    pub launch: &'a Launch,
+    /// Serves this launch's calls and keeps its error log (give each job its
+    /// own dispatcher to keep their counts and errors apart).
+    pub dispatcher: &'a Dispatcher,
+    /// Arguments after the descriptor.
+    pub extra: &'a [KernelArg],
+}
+
+/// Launch several kernels at once — on one GPU agent (each on its own queue
+/// and region) or on several — and serve all of them from one pool of server
+/// threads (the largest `server_threads` of the jobs), until every kernel is
+/// over: the same path as [`cuda::launch_many`](crate::cuda). Each job ends
+/// on its own; returns one result per job, in order.
+///
+/// ```no_run
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::hsa::{launch_many, HsaBuffer, HsaDevice, HsaRegion, Job, KernelArg, Launch, Module};
+/// use gpu_rpc::server::{Dispatcher, ServerConfig};
+/// let devs = [HsaDevice::new(0)?, HsaDevice::new(1)?];
+/// let modules = [Module::from_file(&devs[0], "kernels.hsaco")?, Module::from_file(&devs[1], "kernels.hsaco")?];
+/// let kernels = [modules[0].kernel("rpc_noop_kernel")?, modules[1].kernel("rpc_noop_kernel")?];
+/// let regions = [HsaRegion::new(&devs[0], 64)?, HsaRegion::new(&devs[1], 64)?];
+/// let outs = [HsaBuffer::new(&devs[0], 512 * 8)?, HsaBuffer::new(&devs[1], 512 * 8)?];
+/// let ds = [Dispatcher::new(ServerConfig::default()), Dispatcher::new(ServerConfig::default())];
+/// let cfg = Launch { grid: (8, 1, 1), block: (64, 1, 1), ..Launch::default() };
+/// let extras = [
+///     [KernelArg::U32(10), KernelArg::Ptr(outs[0].device_ptr())],
+///     [KernelArg::U32(10), KernelArg::Ptr(outs[1].device_ptr())],
+/// ];
+/// let jobs: Vec<Job> = (0..2)
+///     .map(|i| Job { region: &regions[i], kernel: &kernels[i], launch: &cfg, dispatcher: &ds[i], extra: &extras[i] })
+///     .collect();
+/// for r in launch_many(&jobs) {
+///     assert_eq!(r?.calls, 8 * 10);
+/// }
+/// # Ok::<(), gpu_rpc::hsa::HsaError>(())
+/// ```
+pub fn launch_many(jobs: &[Job<'_, '_>]) -> Vec<Result<Report, HsaError>> {
+    let threads = jobs
+        .iter()
+        .map(|j| j.launch.server_threads)
+        .max()
+        .unwrap_or(1)
+        .clamp(1, u32::MAX as usize) as u32;
+    let host_jobs = jobs
+        .iter()
+        .map(|job| HostJob {
+            server: job.region.server(),
+            dispatcher: job.dispatcher,
+            run: check_job(job).map(|()| {
+                let desc_ptr = job.region.desc_ptr();
+                Box::new(move || run_kernel(job.kernel, job.launch, desc_ptr, job.extra).map(|()| None))
+                    as RunKernel<'_, HsaError>
+            }),
+        })
+        .collect();
+    let outcomes = launch_and_serve(host_jobs, threads, SERVER_IDLE_SPINS, |what, e| {
+        HsaError::config(format!("{what}: {e}"))
+    });
+    jobs.iter()
+        .zip(outcomes)
+        .map(|(job, o)| {
+            o.ran?;
+            if let Some(a) = o.abandoned {
+                return Err(HsaError::Abandoned {
+                    kernel: job.kernel.name.clone(),
+                    abandoned: a,
+                });
+            }
+            Ok(Report {
+                calls: o.calls,
+                errors: o.errors,
+                elapsed: o.elapsed,
+                kernel_time: None,
+                port_count: job.region.layout.port_count(),
+            })
+        })
+        .collect()
+}
+
+/// What must hold before a job's kernel may run: a valid configuration,
+/// region and kernel on one agent, and a region at rest.
+fn check_job(job: &Job<'_, '_>) -> Result<(), HsaError> {
+    job.launch.validate()?;
+    if !job.region.device().same_agent(job.kernel.module.device()) {
         return Err(HsaError::config(format!(
             "the region is on GPU agent {} but kernel `{}` is loaded on agent {}",
-            region.device().index(),
-            kernel.name,
-            kernel.module.device().index()
+            job.region.device().index(),
+            job.kernel.name,
+            job.kernel.module.device().index()
         )));
     }
-    let start = Instant::now();
-    let errors_before = dispatcher.error_count();
-    let done = AtomicBool::new(false);
-    let threads = launch.server_threads.clamp(1, u32::MAX as usize) as u32;
-    let desc_ptr = region.desc_ptr();
-
-    let (ran, abandoned, calls) = std::thread::scope(|s| {
-        let stop = StopOnDrop(&done);
-        let done = &done;
-        let (servers, ran) =
-            match crate::spawn::servers(s, threads, move |t| serve(region, dispatcher, done, t, threads)) {
-                Ok(servers) => (servers, run_kernel(kernel, launch, desc_ptr, extra)),
-                Err(e) => (
-                    Vec::new(),
-                    Err(HsaError::config(format!("no server thread could be started: {e}"))),
-                ),
-            };
-        drop(stop);
-        let mut abandoned = None;
-        let mut calls = 0;
-        for h in servers {
-            match h.join() {
-                Ok(Ok(n)) => calls += n,
-                Ok(Err(a)) => abandoned = Some(a),
-                Err(p) => resume_unwind(p),
-            }
-        }
-        (ran, abandoned, calls)
-    });
-    ran?;
-    if let Some(a) = abandoned {
-        return Err(HsaError::Abandoned {
-            kernel: kernel.name.clone(),
-            abandoned: a,
-        });
+    // A call an earlier launch abandoned keeps its port: this launch's
+    // clients would wait for it forever.
+    if !job.region.is_quiescent()? {
+        return Err(HsaError::config(
+            "the region is not at rest: an earlier launch abandoned a call on it; use a fresh region",
+        ));
     }
-    Ok(Report {
-        calls,
-        errors: dispatcher.error_count() - errors_before,
-        elapsed: start.elapsed(),
-        kernel_time: None,
-        port_count: region.layout.port_count(),
-    })
+    Ok(())
 }
