@@ -60,9 +60,9 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::{result, sys, CudaContext, DriverError};
 
-pub use crate::launch::{KernelArg, MappedBuffer, Report};
 use crate::host::{launch_and_serve, HostJob, RunKernel};
 use crate::launch::SERVER_IDLE_SPINS;
+pub use crate::launch::{KernelArg, MappedBuffer, Report};
 use crate::protocol::{client_local_words, lock_words, Abandoned, ClientDesc, Layout, Parts, Server, MAX_PORTS};
 use crate::server::{serve_pool, Dispatcher, Served};
 

@@ -48,10 +48,10 @@ pub mod protocol;
 mod sync;
 pub mod wire;
 
-#[cfg(any(feature = "cuda", feature = "hsa"))]
-pub mod launch;
 #[cfg(feature = "std")]
 mod host;
+#[cfg(any(feature = "cuda", feature = "hsa"))]
+pub mod launch;
 #[cfg(feature = "std")]
 pub mod metrics;
 #[cfg(feature = "std")]
