@@ -126,3 +126,32 @@ impl std::error::Error for BuildError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toolchain_not_found_says_what_to_install() {
+        let e = BuildError::ToolchainNotFound {
+            target: "nvptx64-nvidia-cuda".into(),
+            tried: vec![
+                "rustup: toolchain `nightly` has neither rust-src nor the nvptx64-nvidia-cuda target".into(),
+                "Debian: /usr/bin/rustc not found".into(),
+            ],
+        };
+        let text = e.to_string();
+        for needle in [
+            "nvptx64-nvidia-cuda",
+            "  - rustup: toolchain `nightly` has neither rust-src",
+            "  - Debian: /usr/bin/rustc not found",
+            "rustup toolchain install nightly --component rust-src --component llvm-bitcode-linker",
+            "apt-get install rustc-web cargo-web rust-web-src rust-web-llvm lld-22",
+            "GPU_RPC_RUSTC",
+            "GPU_RPC_LLVM_BIN",
+            "GPU_RPC_SKIP_DEVICE_BUILD=1",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+        }
+    }
+}

@@ -16,7 +16,7 @@ use std::process::Command;
 
 use crate::BuildError;
 
-/// The register limit [`DeviceBuild`] gives every NVPTX kernel by default:
+/// The register limit [`DeviceBuild`](crate::DeviceBuild) gives every NVPTX kernel by default:
 /// 64, the most a thread may use for a block of 1024 threads to fit an SM's
 /// 65 536 registers. See [`DeviceBuild::max_registers`](crate::DeviceBuild::max_registers).
 pub const DEFAULT_MAX_REGISTERS: u32 = 64;

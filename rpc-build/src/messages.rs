@@ -102,6 +102,7 @@ fn collect_files(diag: &Value, files: &mut BTreeSet<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::messages;
 
     /// Messages as cargo 1.9x prints them (shortened).
     fn stream(dir: &Path) -> String {
@@ -178,5 +179,26 @@ mod tests {
             elsewhere.errors
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn parses_cargo_json_artifacts() {
+        let json = concat!(
+            r#"{"reason":"compiler-artifact","target":{"kind":["lib"]},"filenames":["/t/libcore-1.rlib","/t/libcore-1.rmeta"],"fresh":true}"#,
+            "\n",
+            r#"{"reason":"build-finished","success":true}"#,
+            "\n",
+            r#"{"reason":"compiler-artifact","filenames":["/t/nvptx64-nvidia-cuda/release/k.ptx", "/a\"b\\c\u0041.ptx"],"executable":null}"#,
+        );
+        let files = messages::parse(json, Path::new("/nonexistent")).artifacts;
+        assert_eq!(
+            files,
+            [
+                PathBuf::from("/t/libcore-1.rlib"),
+                PathBuf::from("/t/libcore-1.rmeta"),
+                PathBuf::from("/t/nvptx64-nvidia-cuda/release/k.ptx"),
+                PathBuf::from("/a\"b\\cA.ptx"),
+            ]
+        );
     }
 }

@@ -121,7 +121,7 @@ pub(crate) fn which(name: &str) -> Option<PathBuf> {
 }
 
 fn output(cmd: &mut Command) -> Result<String, String> {
-    let shown = crate::show(cmd);
+    let shown = crate::process::show(cmd);
     let out = cmd.output().map_err(|e| format!("`{shown}` could not run: {e}"))?;
     if !out.status.success() {
         return Err(format!(
@@ -507,3 +507,16 @@ Install one of:
       /usr/lib/llvm-22/bin (lld-22 is needed for amdgcn: /usr/bin/rust-lld points to it).
 Or name a toolchain: GPU_RPC_RUSTC (and GPU_RPC_CARGO, GPU_RPC_LLVM_BIN, GPU_RPC_LLD).
 To build the host crate without device code, set GPU_RPC_SKIP_DEVICE_BUILD=1.";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detect_with_bogus_override_reports_it() {
+        // GPU_RPC_RUSTC pointing nowhere must fail with a ToolchainNotFound naming it.
+        // (Exercised through `custom` to avoid mutating the process environment.)
+        let err = Toolchain::custom_for_test("/nonexistent/rustc", &Target::default()).unwrap_err();
+        assert!(err.contains("/nonexistent/rustc"), "{err}");
+    }
+}
