@@ -1,6 +1,7 @@
-//! Pieces the GPU backends share: kernel arguments, the report of a launch,
-//! host views of mapped buffers, and the flag that stops server threads
-//! (features `cuda` and `hsa`).
+//! Pieces the GPU backends share: kernel arguments, the report of a launch
+//! and host views of mapped buffers (features `cuda` and `hsa`). The
+//! launch-and-serve path itself, which the CPU backend shares too, is
+//! `host.rs`.
 
 use std::time::Duration;
 

@@ -25,7 +25,9 @@
 //!   dispatch helpers for generated code, error reporting; with feature
 //!   `tracing`, a span per served call and an event per error.
 //! * `launch` (features `cuda`, `hsa`) — what the GPU backends share: kernel
-//!   arguments, the report of a launch, mapped host buffers.
+//!   arguments, the report of a launch, mapped host buffers. The one
+//!   launch-and-serve path all three backends run through is the private
+//!   `host` module.
 //! * `cuda` (feature `cuda`) and `hsa` (feature `hsa`) — the NVIDIA and AMD
 //!   backends; their drivers are loaded at run time, so both build anywhere.
 //! * `cpu` (feature `cpu`, default) — the CPU backend: client lanes are host
