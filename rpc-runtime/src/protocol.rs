@@ -1,5 +1,12 @@
 //! The shared-memory RPC protocol (`no_std`, no allocation).
 //!
+//! One file on purpose, as LLVM libc's `shared/rpc.h`: the invariant, the
+//! state machine and both sides' steps are checked against each other when
+//! read, so they are kept together (a third of the file is this
+//! documentation and its examples). Whatever is not the protocol itself
+//! lives elsewhere: warp operations in `lanes.rs`, atomics in `sync.rs`, the
+//! call frame in `call.rs`.
+//!
 //! # Memory
 //!
 //! One region of memory both sides can read and write (pinned, mapped host

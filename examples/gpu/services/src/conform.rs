@@ -1,6 +1,10 @@
 //! The randomized conformance suite of issue 12, the parts the device and the
 //! host share (`no_std`, no allocation).
 //!
+//! One file on purpose: the program generator, the interpreter the kernel
+//! runs and the model the host checks against must stay in step, and any
+//! change to one is reviewed against the other two.
+//!
 //! Each lane runs a *program* drawn from `(seed, gid)` by [`Program`]: calls
 //! of every [`Conform`](crate::Conform) method with generated arguments,
 //! loops whose trip count depends on a value the host returned, if/else with
