@@ -3,6 +3,9 @@
 //! naming opcode, port and lane(s)) and bounded (nothing hangs, nothing is
 //! allocated beyond the limit, the server goes on serving).
 //!
+//! One file on purpose: every file under `tests/` links a test binary of its
+//! own, and the project keeps those few (CI builds them on two cores).
+//!
 //! Malformed calls are made three ways: through generated stubs of services
 //! the server lacks, through the runtime's raw call API with crafted argument
 //! blocks, frame words and streams, and by writing the shared region directly

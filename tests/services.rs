@@ -1,6 +1,9 @@
 //! End-to-end tests of `#[gpu_rpc]` on the CPU backend: several client
 //! threads call the generated client stubs; the generated server adapter runs
 //! the host implementation.
+//!
+//! One file on purpose: every file under `tests/` links a test binary of its
+//! own, and the project keeps those few (CI builds them on two cores).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

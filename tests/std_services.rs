@@ -2,6 +2,9 @@
 //! captured output sinks: printing, exit/abort, panic reports, files, time,
 //! environment, and serving `Std` beside a user trait. The examples' kernels
 //! (`examples/{print,panic,file_read}.rs`) are compiled in and run here too.
+//!
+//! One file on purpose: every file under `tests/` links a test binary of its
+//! own, and the project keeps those few (CI builds them on two cores).
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

@@ -14,6 +14,9 @@
 //!
 //! Deterministic: a fixed-seed ChaCha RNG; 256 cases unless `PROPTEST_CASES`
 //! says otherwise.
+//!
+//! One file on purpose: every file under `tests/` links a test binary of its
+//! own, and the project keeps those few (CI builds them on two cores).
 
 use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::cell::Cell;

@@ -8,6 +8,9 @@
 //!     cargo test -q -p rpc-runtime --test simt --release
 //! ```
 //!
+//! One file on purpose: every file under `tests/` links a test binary of its
+//! own, and the project keeps those few (CI builds them on two cores).
+//!
 //! Every lane runs a random program drawn from (seed, warp, lane): raw port
 //! calls of six shapes (one opcode each: one packet each way, from the
 //! warp's first port or from a per-lane one (`open_from`), per-lane
