@@ -75,6 +75,54 @@ pub struct Report {
     pub port_count: u32,
 }
 
+impl Report {
+    /// The report of a run of `host::launch_and_serve` on a region of
+    /// `port_count` ports, or its error (`abandoned` makes the error of a
+    /// call the servers gave up on).
+    pub(crate) fn from_outcome<E>(
+        o: crate::host::Outcome<E>,
+        port_count: u32,
+        abandoned: impl FnOnce(crate::protocol::Abandoned) -> E,
+    ) -> Result<Report, E> {
+        let kernel_time = o.ran?;
+        if let Some(a) = o.abandoned {
+            return Err(abandoned(a));
+        }
+        Ok(Report {
+            calls: o.calls,
+            errors: o.errors,
+            elapsed: o.elapsed,
+            kernel_time,
+            port_count,
+        })
+    }
+}
+
+/// One kernel launch of a GPU backend's `launch_many`: the region it calls
+/// through, the kernel and its configuration, who serves it, its extra
+/// arguments. Each backend names it `Job` with its own types
+/// ([`cuda::Job`](crate::cuda), [`hsa::Job`](crate::hsa)).
+pub struct LaunchJob<'a, R, K, L> {
+    /// The region the kernel's client uses (its port count wins over the
+    /// launch's `port_count`).
+    pub region: &'a R,
+    /// The kernel.
+    pub kernel: &'a K,
+    /// Grid, block and server threads.
+    pub launch: &'a L,
+    /// Serves this launch's calls and keeps its error log (give each job its
+    /// own dispatcher to keep their counts and errors apart).
+    pub dispatcher: &'a crate::server::Dispatcher,
+    /// Arguments after the descriptor.
+    pub extra: &'a [KernelArg],
+}
+
+/// Server threads of a pool serving several launches: the most any of them
+/// asks for (at least one).
+pub(crate) fn pool_threads(wanted: impl Iterator<Item = usize>) -> u32 {
+    wanted.max().unwrap_or(1).clamp(1, u32::MAX as usize) as u32
+}
+
 /// Idle passes a GPU backend's server thread spins before it yields: the
 /// host polls memory the GPU writes, and a yield would add its latency to
 /// every call.

@@ -371,22 +371,8 @@ pub fn launch_with_region(
     launch_many(std::slice::from_ref(&job)).pop().expect("one job")
 }
 
-/// One kernel launch of [`launch_many`]: the region it calls through, the
-/// kernel and its configuration, who serves it, its extra arguments.
-pub struct Job<'a, 'm> {
-    /// The region the kernel's client uses (its port count wins over
-    /// `launch.port_count`).
-    pub region: &'a HsaRegion,
-    /// The kernel.
-    pub kernel: &'a Kernel<'m>,
-    /// Grid, block and server threads.
-    pub launch: &'a Launch,
-    /// Serves this launch's calls and keeps its error log (give each job its
-    /// own dispatcher to keep their counts and errors apart).
-    pub dispatcher: &'a Dispatcher,
-    /// Arguments after the descriptor.
-    pub extra: &'a [KernelArg],
-}
+/// One kernel launch of [`launch_many`] (see [`LaunchJob`](crate::launch::LaunchJob)).
+pub type Job<'a, 'm> = crate::launch::LaunchJob<'a, HsaRegion, Kernel<'m>, Launch>;
 
 /// Launch several kernels at once — on one GPU agent (each on its own queue
 /// and region) or on several — and serve all of them from one pool of server
@@ -418,12 +404,7 @@ pub struct Job<'a, 'm> {
 /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
 /// ```
 pub fn launch_many(jobs: &[Job<'_, '_>]) -> Vec<Result<Report, HsaError>> {
-    let threads = jobs
-        .iter()
-        .map(|j| j.launch.server_threads)
-        .max()
-        .unwrap_or(1)
-        .clamp(1, u32::MAX as usize) as u32;
+    let threads = crate::launch::pool_threads(jobs.iter().map(|j| j.launch.server_threads));
     let host_jobs = jobs
         .iter()
         .map(|job| HostJob {
@@ -442,19 +423,9 @@ pub fn launch_many(jobs: &[Job<'_, '_>]) -> Vec<Result<Report, HsaError>> {
     jobs.iter()
         .zip(outcomes)
         .map(|(job, o)| {
-            o.ran?;
-            if let Some(a) = o.abandoned {
-                return Err(HsaError::Abandoned {
-                    kernel: job.kernel.name.clone(),
-                    abandoned: a,
-                });
-            }
-            Ok(Report {
-                calls: o.calls,
-                errors: o.errors,
-                elapsed: o.elapsed,
-                kernel_time: None,
-                port_count: job.region.layout.port_count(),
+            Report::from_outcome(o, job.region.layout.port_count(), |abandoned| HsaError::Abandoned {
+                kernel: job.kernel.name.clone(),
+                abandoned,
             })
         })
         .collect()
