@@ -62,8 +62,9 @@ pub struct CppType {
 
 /// Where [`CppType::declare`] writes: the header being generated.
 pub trait CppDecls {
-    /// `true` the first time `key` is asked for: declare it now.
-    fn first(&mut self, key: &str) -> bool;
+    /// `true` the first time the type `name` with schema hash `schema` is
+    /// asked for: declare it now.
+    fn first(&mut self, name: &str, schema: u32) -> bool;
     /// The header text.
     fn out(&mut self) -> &mut dyn fmt::Write;
 }
@@ -155,15 +156,23 @@ pub const fn has_c_layout(t: Option<CppType>) -> bool {
 /// Write `T`'s C++ name (nothing for a type without one; callers check
 /// [`Wire::CPP`] first).
 pub fn name_of<T: Wire>(w: &mut dyn fmt::Write) -> fmt::Result {
-    match T::CPP {
+    write_name(T::CPP, w)
+}
+
+/// Declare what `T` needs.
+pub fn declare_of<T: Wire>(d: &mut dyn CppDecls) -> fmt::Result {
+    declare(T::CPP, d)
+}
+
+fn write_name(t: Option<CppType>, w: &mut dyn fmt::Write) -> fmt::Result {
+    match t {
         Some(t) => (t.name)(w),
         None => Ok(()),
     }
 }
 
-/// Declare what `T` needs.
-pub fn declare_of<T: Wire>(d: &mut dyn CppDecls) -> fmt::Result {
-    match T::CPP {
+fn declare(t: Option<CppType>, d: &mut dyn CppDecls) -> fmt::Result {
+    match t {
         Some(t) => (t.declare)(d),
         None => Ok(()),
     }
@@ -193,13 +202,9 @@ pub struct CppField {
 /// hash, so headers of several traits that share it can be included together.
 pub fn declare_struct(d: &mut dyn CppDecls, name: &str, schema: u32, size: usize, fields: &[CppField]) -> fmt::Result {
     for f in fields {
-        if let Some(t) = f.ty {
-            (t.declare)(d)?;
-        }
+        declare(f.ty, d)?;
     }
-    let mut key = [0u8; 128];
-    let key = key_of(&mut key, name, schema);
-    if !d.first(key) {
+    if !d.first(name, schema) {
         return Ok(());
     }
     let w = d.out();
@@ -208,9 +213,7 @@ pub fn declare_struct(d: &mut dyn CppDecls, name: &str, schema: u32, size: usize
     writeln!(w, "struct {name} {{")?;
     for f in fields {
         w.write_str("  ")?;
-        if let Some(t) = f.ty {
-            (t.name)(w)?;
-        }
+        write_name(f.ty, w)?;
         writeln!(w, " {};", f.name)?;
     }
     writeln!(w, "}};")?;
@@ -247,9 +250,7 @@ pub fn declare_struct(d: &mut dyn CppDecls, name: &str, schema: u32, size: usize
     let mut at = 0;
     for f in fields {
         w.write_str("    Wire<")?;
-        if let Some(t) = f.ty {
-            (t.name)(w)?;
-        }
+        write_name(f.ty, w)?;
         writeln!(w, ">::encode(v.{}, o + {at});", f.name)?;
         at += f.wire_size;
     }
@@ -259,9 +260,7 @@ pub fn declare_struct(d: &mut dyn CppDecls, name: &str, schema: u32, size: usize
     let mut at = 0;
     for f in fields {
         write!(w, "    v.{} = Wire<", f.name)?;
-        if let Some(t) = f.ty {
-            (t.name)(w)?;
-        }
+        write_name(f.ty, w)?;
         writeln!(w, ">::decode(i + {at});")?;
         at += f.wire_size;
     }
@@ -270,26 +269,4 @@ pub fn declare_struct(d: &mut dyn CppDecls, name: &str, schema: u32, size: usize
     writeln!(w, "}};")?;
     writeln!(w, "}}  // namespace gpu_rpc")?;
     writeln!(w, "#endif")
-}
-
-/// `name` and `schema` as one key, in `buf` (`no_std`: no allocation).
-fn key_of<'b>(buf: &'b mut [u8; 128], name: &str, schema: u32) -> &'b str {
-    struct Cursor<'c>(&'c mut [u8], usize);
-    impl fmt::Write for Cursor<'_> {
-        fn write_str(&mut self, s: &str) -> fmt::Result {
-            let end = self.1 + s.len();
-            let dst = self.0.get_mut(self.1..end).ok_or(fmt::Error)?;
-            dst.copy_from_slice(s.as_bytes());
-            self.1 = end;
-            Ok(())
-        }
-    }
-    let mut c = Cursor(buf, 0);
-    let len = match fmt::write(&mut c, format_args!("{name}#{schema:08x}")) {
-        Ok(()) => c.1,
-        // A name over ~110 bytes: its prefix keys it (the schema still
-        // separates most collisions; a true clash fails to compile in C++).
-        Err(_) => c.1,
-    };
-    core::str::from_utf8(&buf[..len]).unwrap_or("")
 }

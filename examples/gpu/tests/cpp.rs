@@ -56,6 +56,22 @@ fn clang_or_skip(test: &str) -> Option<PathBuf> {
     }
 }
 
+/// clang compiling CUDA C++ device code for sm_90 without a CUDA
+/// installation: no CUDA headers or libraries, the PTX version named.
+fn clang_sm_90(clang: &Path) -> Command {
+    let mut c = Command::new(clang);
+    c.args([
+        "-x",
+        "cuda",
+        "--cuda-device-only",
+        "-nocudainc",
+        "-nocudalib",
+        "--cuda-gpu-arch=sm_90",
+    ])
+    .args(["-Xclang", "-target-feature", "-Xclang", "+ptx80", "-std=c++17"]);
+    c
+}
+
 /// Compile `cpp/<kernel>.cu` for sm_90 to PTX, then assemble it with ptxas if
 /// there is one; returns the PTX.
 fn compile(clang: &Path, dir: &Path, kernel: &str) -> String {
@@ -63,18 +79,8 @@ fn compile(clang: &Path, dir: &Path, kernel: &str) -> String {
         .join("cpp")
         .join(format!("{kernel}.cu"));
     let ptx = dir.join(format!("{kernel}.ptx"));
-    let out = Command::new(clang)
+    let out = clang_sm_90(clang)
         .args([
-            "-x",
-            "cuda",
-            "--cuda-device-only",
-            "-nocudainc",
-            "-nocudalib",
-            "--cuda-gpu-arch=sm_90",
-        ])
-        .args(["-Xclang", "-target-feature", "-Xclang", "+ptx80"])
-        .args([
-            "-std=c++17",
             "-O2",
             "-Wall",
             "-Werror",
@@ -156,16 +162,8 @@ fn a_mismatched_layout_does_not_compile() {
     let header = CppDemoRpc::cuda_header().replace("  double value;", "  float value;");
     std::fs::write(dir.join("bad.cuh"), header).unwrap();
     std::fs::write(dir.join("bad.cu"), "#include \"bad.cuh\"\n").unwrap();
-    let out = Command::new(&clang)
-        .args([
-            "-x",
-            "cuda",
-            "--cuda-device-only",
-            "-nocudainc",
-            "-nocudalib",
-            "--cuda-gpu-arch=sm_90",
-        ])
-        .args(["-std=c++17", "-fsyntax-only"])
+    let out = clang_sm_90(&clang)
+        .arg("-fsyntax-only")
         .arg(dir.join("bad.cu"))
         .output()
         .unwrap();

@@ -73,8 +73,8 @@ struct Decls {
 }
 
 impl CppDecls for Decls {
-    fn first(&mut self, key: &str) -> bool {
-        self.seen.insert(key.to_string())
+    fn first(&mut self, name: &str, schema: u32) -> bool {
+        self.seen.insert(format!("{name}#{schema:08x}"))
     }
     fn out(&mut self) -> &mut dyn fmt::Write {
         &mut self.text
