@@ -321,7 +321,8 @@ fn invalid_values_are_refused() {
 }
 
 /// Frame words a correct stub never sends, through a raw client port: a
-/// wrong version or stray reserved bits are `BadFrame`; a known opcode with
+/// wrong version or inline streams on a method without streams are
+/// `BadFrame`; a known opcode with
 /// another shape (the no-op too) is `SignatureMismatch`. Each is one error
 /// naming the lanes; the next call works.
 #[test]
@@ -331,7 +332,11 @@ fn malformed_frame_words_are_refused() {
     let add = RelRpc::ADD.frame_word();
     let mut v2 = add;
     v2.version = FRAME_VERSION + 1;
-    let reserved = add.pack() | 1 << 55;
+    let inline = FrameWord {
+        inline_streams: true,
+        ..add
+    }
+    .pack();
     let mut shape = add;
     shape.arg_bytes = 8;
     let mut noop = gpu_rpc::call::NOOP_DESC.frame_word();
@@ -343,7 +348,7 @@ fn malformed_frame_words_are_refused() {
             Status::BadFrame,
             "frame version 2 (expected 1)",
         ),
-        (RelRpc::ADD.opcode, reserved, Status::BadFrame, "reserved bits set"),
+        (RelRpc::ADD.opcode, inline, Status::BadFrame, "announces inline streams"),
         (RelRpc::ADD.opcode, shape.pack(), Status::SignatureMismatch, "Rel::add"),
         (
             gpu_rpc::protocol::opcodes::NOOP,
@@ -436,6 +441,70 @@ fn fill_call(max_stream_bytes: u64, max_call_bytes: u64, counts: &[u64]) -> (Vec
     (statuses, errors)
 }
 
+/// A device that announces inline streams it cannot have: a call without
+/// streams that says so is refused whole (`BadFrame`); a lane whose inline
+/// stream would run past packet 0 is answered `InvalidArgument`, naming the
+/// argument, while the other lane is served from the same packet; then the
+/// server serves a well-formed call on the same port.
+#[test]
+fn lying_inline_streams_are_refused() {
+    let (d, host) = dispatcher();
+    let region = Region::new(Layout::new(2, 2).unwrap());
+    let dev = raw_device(&region);
+    let inline = |desc: &gpu_rpc::CallDesc| {
+        FrameWord {
+            inline_streams: true,
+            ..desc.frame_word()
+        }
+        .pack()
+    };
+    // `add(a, b)` has no streams.
+    dev.inject(0, RelRpc::ADD.opcode, 0b1, &[(0, frame(inline(RelRpc::ADD), &[0; 16]))]);
+    // `print(s)`: lane 0 sends "hello" inline (after its 8-byte block), lane
+    // 1 claims 60 bytes, which packet 0 cannot hold.
+    let mut hello = frame(inline(RelRpc::PRINT), &5u64.to_le_bytes());
+    hello.bytes_mut()[16..21].copy_from_slice(b"hello");
+    let liar = frame(inline(RelRpc::PRINT), &60u64.to_le_bytes());
+    dev.inject(1, RelRpc::PRINT.opcode, 0b11, &[(0, hello), (1, liar)]);
+    assert_eq!(serve_once(&d, &region), Ok(2));
+    assert_eq!(dev.status(0, 0), Status::BadFrame);
+    assert_eq!(
+        (dev.status(1, 0), dev.status(1, 1)),
+        (Status::Ok, Status::InvalidArgument)
+    );
+    assert_eq!(dev.read(1, 0).data[1], 5, "print returns the byte length");
+    assert_eq!(*host.printed.lock().unwrap(), ["hello"]);
+    let errors = d.errors();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert_whole_call(&errors[0], Status::BadFrame, RelRpc::ADD.opcode, 0b1);
+    assert_has(&errors[0].message, &["announces inline streams", "0 streamed inputs"]);
+    assert_eq!((errors[1].lane, errors[1].status), (Some(1), Status::InvalidArgument));
+    assert_has(
+        &errors[1].to_string(),
+        &[
+            "inline streamed argument 0 ends at byte 68",
+            "holds 56",
+            "Rel::print",
+            "port 1",
+        ],
+    );
+    // The port serves a good call next.
+    dev.inject(
+        0,
+        RelRpc::ADD.opcode,
+        0b1,
+        &[(
+            0,
+            frame(
+                RelRpc::ADD.frame_word().pack(),
+                &[2, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0],
+            ),
+        )],
+    );
+    assert_eq!(serve_once(&d, &region), Ok(1));
+    assert_eq!((dev.status(0, 0), dev.read(0, 0).data[1]), (Status::Ok, 5));
+}
+
 /// One warp-call of 4 lanes asking for out-buffers of 600, 600, 600 and 100
 /// bytes under a call budget of 1024: the lanes that fit, in lane order,
 /// are served, the others answered `TooLarge` (each logged, naming the
@@ -486,6 +555,7 @@ fn garbage_in_the_region_is_refused_and_the_region_stays_usable() {
     wrong_version.version = 0x7f;
     let unknown_async = FrameWord {
         version: FRAME_VERSION,
+        inline_streams: false,
         reply: false,
         in_streams: 0,
         out_streams: 0,

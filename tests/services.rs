@@ -409,6 +409,96 @@ fn one_mebibyte_streams() {
     assert_eq!(report.errors, 0);
 }
 
+/// A method's one stream, when it fits in packet 0 after the argument
+/// block, rides with the frame: the client sends one packet per call instead
+/// of two (its outbox flips once). That holds for `&str`, `&[u8]` and encoded
+/// elements (`&[Point]`, 9 bytes each); a byte more and it goes in a packet
+/// of its own, as the streams of a method with several always do. Every byte
+/// arrives either way.
+#[test]
+fn short_streams_ride_with_the_frame() {
+    let (d, _host) = kinds_dispatcher();
+    let region = Region::new(Layout::new(1, 1).unwrap());
+    let launch = Launch {
+        threads: 1,
+        server_threads: 1,
+        port_count: 1,
+        lane_size: 1,
+    };
+    let line: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    let text48 = &line[..48];
+    let points = |n: u8| -> Vec<Point> {
+        (0..n)
+            .map(|i| Point {
+                x: i as f32,
+                y: 1.0,
+                tag: i,
+            })
+            .collect()
+    };
+    type Case = (&'static str, u32, Box<dyn Fn(&KindsClient<'_, '_>) + Sync>);
+    let cases: Vec<Case> = vec![
+        // `text`: an 8-byte block (the length), room for 48 bytes.
+        (
+            "text, 48 bytes",
+            1,
+            Box::new(|k| assert_eq!(k.text(std::str::from_utf8(text48).unwrap()), (48, 48))),
+        ),
+        (
+            "text, 49 bytes",
+            2,
+            Box::new(|k| assert_eq!(k.text(std::str::from_utf8(&line[..49]).unwrap()), (49, 49))),
+        ),
+        ("text, empty", 1, Box::new(|k| assert_eq!(k.text(""), (0, 0)))),
+        (
+            "checksum, 48 bytes",
+            1,
+            Box::new(|k| assert_eq!(k.checksum(text48), fnv64(text48))),
+        ),
+        (
+            "checksum, 49 bytes",
+            2,
+            Box::new(|k| assert_eq!(k.checksum(&line[..49]), fnv64(&line[..49]))),
+        ),
+        (
+            "5 points, 45 bytes",
+            1,
+            Box::new(move |k| assert_eq!(k.sum_points(&points(5)).tag, 10)),
+        ),
+        (
+            "6 points, 54 bytes",
+            2,
+            Box::new(move |k| assert_eq!(k.sum_points(&points(6)).tag, 15)),
+        ),
+        // `mixed` has three streams: a frame, then a packet per non-empty one.
+        (
+            "mixed, 3 + 0 + 0 bytes",
+            2,
+            Box::new(|k| {
+                let (mut o1, mut o2) = ([0u8; 4], [Pair(0, 0); 2]);
+                assert_eq!(k.mixed("abc", &[], 1, &mut o1, &[], &mut o2), 0);
+                assert_eq!(o1, *b"bcdb");
+            }),
+        ),
+        (
+            "mixed, 9 + 2 + 0 bytes",
+            3,
+            Box::new(|k| {
+                let (mut o1, mut o2) = ([0u8; 3], [Pair(0, 0); 2]);
+                assert_eq!(k.mixed("abcdefghi", &[7], 0, &mut o1, &[], &mut o2), 7);
+                assert_eq!((o1, o2), (*b"abc", [Pair(7, 0), Pair(0, 0)]));
+            }),
+        ),
+    ];
+    for (name, packets, call) in &cases {
+        let before = region.server().snapshot(0).client_outbox;
+        let report = run_on(&region, &launch, &d, |c, _| call(&KindsClient::new(c))).unwrap();
+        assert_eq!(report.errors, 0, "{name}");
+        let flips = region.server().snapshot(0).client_outbox ^ before;
+        assert_eq!(flips, packets & 1, "{name}: the client sent {packets} packet(s)");
+    }
+}
+
 /// Fire-and-forget calls all reach the host.
 #[test]
 fn async_calls_arrive() {

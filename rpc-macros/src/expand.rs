@@ -292,6 +292,8 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
     let hdr = quote!(::gpu_rpc::__private::lengths_bytes(#n_in_lit, #n_out_lit));
     let mut fill = Vec::new();
     let mut streams = Vec::new();
+    // Each streamed input's items, for `begin_inline`.
+    let mut raws = Vec::new();
     let mut outs = Vec::new();
     let (mut i_in, mut i_out) = (0usize, n_in);
     let mut sizes = Vec::new();
@@ -303,6 +305,7 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
                 i_in += 1;
                 fill.push(quote!(::gpu_rpc::__private::put_len(&mut #block, #i, #id.len());));
                 streams.push(quote!(let #call = #call.stream(#id.as_bytes());));
+                raws.push(quote!(#id.as_bytes()));
             }
             ArgKind::Slice(e) => {
                 let i = usize_lit(i_in);
@@ -310,6 +313,7 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
                 let s = wire_size(e);
                 fill.push(quote!(::gpu_rpc::__private::put_len(&mut #block, #i, #id.len() * #s);));
                 streams.push(quote!(let #call = #call.stream(#id);));
+                raws.push(quote!(#id));
             }
             ArgKind::Out(_) => {
                 let j = usize_lit(i_out);
@@ -327,10 +331,16 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
         }
     }
     let block_mut = if fill.is_empty() { quote!() } else { quote!(mut) };
+    // A single stream that fits goes inline with the frame (the runtime
+    // decides per call); the `stream` call after it then sends nothing.
+    let begin = match raws.as_slice() {
+        [items] => quote!(let #call = self.client.begin_inline(#rpc::#c, &#block, #items);),
+        _ => quote!(let #call = self.client.begin(#rpc::#c, &#block);),
+    };
     let send = quote! {
         let #block_mut #block = ::gpu_rpc::__private::Block([0u8; #rpc::#c.block_len()]);
         #(#fill)*
-        let #call = self.client.begin(#rpc::#c, &#block);
+        #begin
         #(#streams)*
     };
     let ret_size = match &m.ret {

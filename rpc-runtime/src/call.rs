@@ -11,6 +11,12 @@
 //! 2. **Streams** (client → server): for each `&str`/`&[T]` argument,
 //!    `ceil(bytes / 64)` packets of the encoded elements, packed densely; each
 //!    lane streams its own slice and the warp loops until every lane is done.
+//!    When every lane's streams fit in packet 0 after its argument block
+//!    (each at the next multiple of 8 bytes: [`inline_start`],
+//!    [`inline_next`]), the lanes agree by a ballot to send them there
+//!    instead: the frame word says so ([`FrameWord::inline_streams`]) and no
+//!    stream packet follows. A short line to print is then one packet, not
+//!    two round trips.
 //! 3. **Reply** (server → client, unless the method is fire-and-forget):
 //!    packet 0 holds, per lane, a [`Status`] word and the first 56 bytes of the
 //!    encoded return value; further packets the rest.
@@ -183,6 +189,7 @@ impl CallDesc {
     pub const fn frame_word(&self) -> FrameWord {
         FrameWord {
             version: FRAME_VERSION,
+            inline_streams: false,
             reply: self.reply,
             in_streams: self.in_streams,
             out_streams: self.out_elem_sizes.len() as u8,
@@ -241,18 +248,31 @@ impl CallDesc {
 /// The first word of a call frame.
 ///
 /// Bits: `0..32` signature, `32..48` argument bytes, `48..51` streamed inputs,
-/// `51..54` out-buffers, `54` reply expected, `56..64` version.
+/// `51..54` out-buffers, `54` reply expected, `55` streams inline, `56..64`
+/// version.
 ///
 /// ```
 /// # use rpc_runtime as gpu_rpc;
 /// use gpu_rpc::call::FrameWord;
-/// let w = FrameWord { version: 1, reply: true, in_streams: 2, out_streams: 1, arg_bytes: 300, signature: 0xabcd };
+/// let w = FrameWord {
+///     version: 1,
+///     inline_streams: true,
+///     reply: true,
+///     in_streams: 2,
+///     out_streams: 1,
+///     arg_bytes: 300,
+///     signature: 0xabcd,
+/// };
 /// assert_eq!(FrameWord::unpack(w.pack()), w);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameWord {
     /// [`FRAME_VERSION`].
     pub version: u8,
+    /// The streamed inputs ride in packet 0 after the argument block (see
+    /// [`inline_start`]); no stream packet follows. Set by the client for one
+    /// call, never part of a method's [`CallDesc::frame_word`].
+    pub inline_streams: bool,
     /// A reply is expected.
     pub reply: bool,
     /// Streamed inputs (0..=7).
@@ -273,6 +293,7 @@ impl FrameWord {
             | ((self.in_streams & 7) as u64) << 48
             | ((self.out_streams & 7) as u64) << 51
             | (self.reply as u64) << 54
+            | (self.inline_streams as u64) << 55
             | (self.version as u64) << 56
     }
 
@@ -284,6 +305,7 @@ impl FrameWord {
             in_streams: ((w >> 48) & 7) as u8,
             out_streams: ((w >> 51) & 7) as u8,
             reply: (w >> 54) & 1 == 1,
+            inline_streams: (w >> 55) & 1 == 1,
             version: (w >> 56) as u8,
         }
     }
@@ -306,6 +328,28 @@ impl FrameWord {
 /// ```
 pub const fn lengths_bytes(in_streams: usize, out_buffers: usize) -> usize {
     8 * (in_streams + out_buffers)
+}
+
+/// Where the first inline stream starts in packet 0's payload (after a
+/// `block_len`-byte argument block, at the next multiple of 8 bytes). The one
+/// definition of the inline layout, with [`inline_next`]: streams fit when
+/// the end after the last is at most [`FIRST_PAYLOAD`].
+///
+/// ```
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::call::{inline_next, inline_start, FIRST_PAYLOAD};
+/// // `print(&str)`: an 8-byte block (the length), then up to 48 bytes.
+/// assert_eq!(inline_start(8), 8);
+/// assert_eq!(inline_next(inline_start(8), 48), FIRST_PAYLOAD);
+/// assert_eq!(inline_next(inline_start(12), 5), 24);
+/// ```
+pub const fn inline_start(block_len: usize) -> usize {
+    block_len.next_multiple_of(8)
+}
+
+/// Where the inline stream after one of `len` bytes at `start` begins.
+pub const fn inline_next(start: usize, len: usize) -> usize {
+    (start + len).next_multiple_of(8)
 }
 
 /// Packets after packet 0 needed for `len` bytes whose first
@@ -387,6 +431,8 @@ pub fn read_block(i: u64, b: &Buffer, block: &mut [u8]) {
 pub struct ClientCall<'p, 'a> {
     port: Port<'p, 'a, ClientSide, Sent>,
     desc: &'static CallDesc,
+    /// The streams went inline with the frame.
+    inlined: bool,
 }
 
 /// A call after its reply arrived.
@@ -424,7 +470,60 @@ impl<'a> Client<'a> {
             fill_block(0, block, b);
         });
         let port = port.send_packets(spill_packets(block.len()), |i, b| fill_block(i + 1, block, b));
-        ClientCall { port, desc }
+        ClientCall {
+            port,
+            desc,
+            inlined: false,
+        }
+    }
+
+    /// [`begin`](Self::begin) for a method with one streamed input, given
+    /// this lane's `items`: when every lane of the group has items that fit
+    /// in packet 0 after the block (a ballot decides, so the group agrees),
+    /// they go inline with the frame, one packet in all, and the
+    /// [`stream`](ClientCall::stream) call that follows sends nothing.
+    /// Otherwise the same as `begin`. (Methods with several streams use
+    /// `begin`: every inlined copy of this costs the kernel stack.)
+    #[inline]
+    pub fn begin_inline<'p, T: Wire>(
+        &'p self,
+        desc: &'static CallDesc,
+        block: &[u8],
+        items: &[T],
+    ) -> ClientCall<'p, 'a> {
+        debug_assert_eq!(block.len(), desc.block_len());
+        let port = self.open_keyed(desc.opcode, desc.group_key(), lanes::warp_hint());
+        let len = items.len() * T::SIZE;
+        let end = inline_next(inline_start(block.len()), len.min(FIRST_PAYLOAD));
+        let fits = len <= FIRST_PAYLOAD && end <= FIRST_PAYLOAD;
+        // Every lane of the group must agree: if one does not fit, all send
+        // their streams in packets. (One send either way: each inlined copy
+        // of a send costs the kernel a packet buffer of stack.)
+        let inline = lanes::ballot(port.lane_mask(), !fits) == 0;
+        let word = FrameWord {
+            inline_streams: inline,
+            ..desc.frame_word()
+        }
+        .pack();
+        let words = if inline {
+            1 + end.div_ceil(8)
+        } else {
+            1 + block.len().min(FIRST_PAYLOAD).div_ceil(8)
+        };
+        let port = port.send_words(words, |b| {
+            b.data[0] = word;
+            fill_block(0, block, b);
+            if inline {
+                put_inline(items, inline_start(block.len()), b);
+            }
+        });
+        let spill = if inline { 0 } else { spill_packets(block.len()) };
+        let port = port.send_packets(spill, |i, b| fill_block(i + 1, block, b));
+        ClientCall {
+            port,
+            desc,
+            inlined: inline,
+        }
     }
 
     /// Make the runtime's no-op call (opcode [`NOOP`](crate::protocol::opcodes::NOOP))
@@ -460,6 +559,9 @@ impl<'p, 'a> ClientCall<'p, 'a> {
     /// Stream this lane's `items` (after the frame, in argument order).
     #[inline]
     pub fn stream<T: Wire>(self, items: &[T]) -> Self {
+        if self.inlined {
+            return self;
+        }
         let bytes = (items.len() * T::SIZE) as u64;
         let raw = T::slice_as_bytes(items);
         let port = self.port.send_packets(stream_packets(bytes), |i, b| {
@@ -482,7 +584,11 @@ impl<'p, 'a> ClientCall<'p, 'a> {
                 }
             }
         });
-        ClientCall { port, desc: self.desc }
+        ClientCall {
+            port,
+            desc: self.desc,
+            inlined: false,
+        }
     }
 
     /// Finish a fire-and-forget call without waiting for the host.
@@ -514,6 +620,25 @@ impl<'p, 'a> ClientCall<'p, 'a> {
             status: Status::from_u32(word as u32),
             detail: (word >> 32) as u32,
             desc: self.desc,
+        }
+    }
+}
+
+/// Write `items`, encoded, at byte `at` of packet 0's payload (`at` a
+/// multiple of 8, from [`inline_start`]/[`inline_next`]).
+#[inline(always)]
+fn put_inline<T: Wire>(items: &[T], at: usize, b: &mut Buffer) {
+    match T::slice_as_bytes(items) {
+        Some(raw) => {
+            if let Some(dst) = b.data.get_mut(1 + at / 8..) {
+                copy_into_words(raw, dst)
+            }
+        }
+        None => {
+            let len = items.len() * T::SIZE;
+            if let Some(dst) = b.bytes_mut().get_mut(8 + at..8 + at + len) {
+                encode_range(items, 0, dst)
+            }
         }
     }
 }

@@ -304,11 +304,7 @@ where
     // oversubscribed machine a spinning server steals the clients' time.
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let threads: usize = devices.iter().map(|d| d.threads).sum();
-    let idle_spins = if threads + server_threads as usize <= cores {
-        4096
-    } else {
-        0
-    };
+    let yielding = threads + server_threads as usize > cores;
     let kernel = &kernel;
     let jobs = devices
         .iter()
@@ -322,7 +318,7 @@ where
             }),
         })
         .collect();
-    let outcomes = launch_and_serve(jobs, server_threads, idle_spins, |what, e| {
+    let outcomes = launch_and_serve(jobs, server_threads, yielding, |what, e| {
         LanePanic::whole_run(format!("{what}: {e}"))
     });
     outcomes

@@ -61,10 +61,9 @@ use std::time::{Duration, Instant};
 use cudarc::driver::{result, sys, CudaContext, DriverError};
 
 use crate::host::{launch_and_serve, HostJob, RunKernel};
-use crate::launch::SERVER_IDLE_SPINS;
 pub use crate::launch::{KernelArg, MappedBuffer, Report};
 use crate::protocol::{client_local_words, lock_words, Abandoned, ClientDesc, Layout, Parts, Server, MAX_PORTS};
-use crate::server::{serve_pool, Dispatcher, Served};
+use crate::server::{serve_pool, Dispatcher, Idle, Served};
 
 /// Lanes per packet on NVIDIA GPUs: the warp size.
 pub const LANE_SIZE: u32 = 32;

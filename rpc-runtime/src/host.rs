@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::protocol::{Abandoned, Server};
-use crate::server::{serve_pool, Dispatcher, Served};
+use crate::server::{serve_pool, Dispatcher, Idle, IdlePolicy, Served};
 
 /// What runs a job's kernel: launches it and returns once it is over (or
 /// never started), with the kernel's own time if the backend measured it.
@@ -43,8 +43,10 @@ pub(crate) struct Outcome<E> {
     pub elapsed: Duration,
 }
 
-/// Serve `jobs` from one pool of `threads` server threads (`idle_spins`
-/// empty passes before a server thread yields) while each job's kernel runs
+/// Serve `jobs` from one pool of `threads` server threads (idle as the most
+/// eager of the jobs' dispatchers' [`IdlePolicy`](crate::server::IdlePolicy)s
+/// says; `yielding`: their spin yields the core, as on a machine with more
+/// threads than cores) while each job's kernel runs
 /// on its own thread; returns one outcome per job, in order. Each job ends
 /// on its own: a refused job counts as over from the start, one whose
 /// kernel fails or abandons a call reports that, and the others go on being
@@ -52,11 +54,21 @@ pub(crate) struct Outcome<E> {
 pub(crate) fn launch_and_serve<'a, E: Send>(
     jobs: Vec<HostJob<'a, E>>,
     threads: u32,
-    idle_spins: u32,
+    yielding: bool,
     no_thread: impl Fn(&str, std::io::Error) -> E,
 ) -> Vec<Outcome<E>> {
     let start = Instant::now();
     let threads = threads.max(1);
+    let policy = jobs
+        .iter()
+        .map(|j| j.dispatcher.config().idle)
+        .reduce(IdlePolicy::most_eager)
+        .unwrap_or_default();
+    let idle = if yielding {
+        Idle::yielding(policy)
+    } else {
+        Idle::new(policy)
+    };
     let before: Vec<u64> = jobs.iter().map(|j| j.dispatcher.error_count()).collect();
     // A refused job counts as over from the start.
     let done: Vec<AtomicBool> = jobs.iter().map(|j| AtomicBool::new(j.run.is_err())).collect();
@@ -81,8 +93,8 @@ pub(crate) fn launch_and_serve<'a, E: Send>(
         .collect();
 
     let (ran, abandoned, served) = std::thread::scope(|s| {
-        let pool = &pool;
-        let started = crate::spawn::servers(s, threads, move |t| serve_pool(pool, t, threads, idle_spins));
+        let (pool, idle) = (&pool, &idle);
+        let started = crate::spawn::servers(s, threads, move |t| serve_pool(pool, t, threads, idle));
         let (server_handles, no_servers) = match started {
             Ok(h) => (h, None),
             Err(e) => (Vec::new(), Some(e)),

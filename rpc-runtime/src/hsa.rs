@@ -104,7 +104,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::host::{launch_and_serve, HostJob, RunKernel};
-use crate::launch::SERVER_IDLE_SPINS;
 pub use crate::launch::{KernelArg, MappedBuffer, Report};
 use crate::protocol::{
     client_local_words, client_locks_released, lock_words, Abandoned, ClientDesc, Layout, Parts, Server, MAX_PORTS,

@@ -123,11 +123,6 @@ pub(crate) fn pool_threads(wanted: impl Iterator<Item = usize>) -> u32 {
     wanted.max().unwrap_or(1).clamp(1, u32::MAX as usize) as u32
 }
 
-/// Idle passes a GPU backend's server thread spins before it yields: the
-/// host polls memory the GPU writes, and a yield would add its latency to
-/// every call.
-pub(crate) const SERVER_IDLE_SPINS: u32 = 1 << 16;
-
 /// Host memory a GPU also reads and writes (CUDA's pinned mapped buffers,
 /// HSA's fine-grained ones): the host-side views both backends' buffers
 /// share. Bring it into scope to read kernel outputs or fill kernel inputs.

@@ -1225,6 +1225,13 @@ impl<'p, 'a, S: Side, St: State> Port<'p, 'a, S, St> {
         self.peer_mask
     }
 
+    /// The lanes this side's group holds the port with: on the client, the
+    /// lanes making the call (every lane of them takes part in the port's
+    /// warp steps, e.g. a [`lanes::ballot`] over this mask).
+    pub fn lane_mask(&self) -> u64 {
+        self.lane_mask
+    }
+
     /// The lanes of the client warp that take part, limited to the layout's
     /// lanes.
     pub fn lanes(&self) -> u64 {

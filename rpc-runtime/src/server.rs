@@ -15,7 +15,8 @@
 //! This file holds the configuration, the errors and the [`Service`] trait;
 //! `dispatcher.rs` the routing and error log, `serve_call.rs` the server's
 //! half of the call frame, `server_call.rs` the call as generated dispatch
-//! code sees it, `pool.rs` the loop of a server thread.
+//! code sees it, `pool.rs` the loop of a server thread, `idle.rs` how that
+//! loop waits when nothing is pending.
 //!
 //! ```
 //! # use rpc_runtime as gpu_rpc;
@@ -34,7 +35,7 @@ use std::time::Instant;
 
 use crate::call::{self, CallDesc, FrameWord, Status, FRAME_VERSION};
 use crate::metrics::{CallRecord, Counters, MethodMetrics};
-use crate::protocol::{opcodes, Abandoned, Buffer, Fresh, Port, Server, ServerSide, BUFFER_BYTES, MAX_LANES};
+use crate::protocol::{opcodes, Abandoned, Fresh, Port, Server, ServerSide, BUFFER_BYTES, MAX_LANES};
 use crate::wire::Wire;
 
 /// Server limits.
@@ -59,6 +60,10 @@ pub struct ServerConfig {
     pub log_errors: bool,
     /// How many recent errors [`Dispatcher::errors`] keeps (default 1024).
     pub keep_errors: usize,
+    /// How the server threads wait when nothing is pending: spin, then
+    /// sleep ([`IdlePolicy`]; default a 1 ms spin, then sleeps of 50 µs
+    /// doubling to 1 ms).
+    pub idle: IdlePolicy,
 }
 
 impl Default for ServerConfig {
@@ -69,6 +74,7 @@ impl Default for ServerConfig {
             metrics: true,
             log_errors: true,
             keep_errors: 1024,
+            idle: IdlePolicy::default(),
         }
     }
 }
@@ -167,11 +173,13 @@ pub enum AddError {
 }
 
 mod dispatcher;
+mod idle;
 mod pool;
 mod serve_call;
 mod server_call;
 
 pub use dispatcher::Dispatcher;
+pub use idle::{Backoff, Idle, IdlePolicy, Wait, OTHERS_SLEEP_FACTOR};
 pub use pool::{serve_pool, Served};
 pub use server_call::{clip_message, iter_lanes, LaneError, ServerCall, MAX_MESSAGE_BYTES};
 

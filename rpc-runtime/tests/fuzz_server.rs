@@ -2,7 +2,8 @@
 //! memory: the test plays a misbehaving device that writes any header (opcode,
 //! lane mask), frame words, argument blocks, stream lengths and packet
 //! contents into a real region, and follows the packet counts its frame
-//! announces, like the client stubs do. For every case the server
+//! announces, like the client stubs do (streams inline in packet 0 when the
+//! frame word says so, whether or not they fit). For every case the server
 //!
 //! * never panics and never hangs (both sides wait with deadlines);
 //! * never makes an allocation larger than `max_stream_bytes` (a counting
@@ -364,7 +365,7 @@ fn lane_strategy() -> impl Strategy<Value = LaneInput> {
 fn case_strategy() -> impl Strategy<Value = Case> {
     (
         (1u32..=4, 0u8..9, any::<u32>(), 0u8..8, any::<u64>()),
-        (0u8..12, any::<u64>(), 0u8..64, 0u8..7),
+        (0u8..18, any::<u64>(), 0u8..64, 0u8..7),
         prop::option::weighted(0.1, (0u8..4, 1u64..)),
         prop::collection::vec(lane_strategy(), 4),
         (
@@ -456,6 +457,7 @@ fn plan(case: &Case) -> Plan {
         6 | 7 => base_desc.frame_word().pack() ^ (1u64 << case.flip_bit),
         8 | 9 => FrameWord {
             version: FRAME_VERSION,
+            inline_streams: (case.frame_bits >> 7) & 1 == 1,
             reply: case.frame_bits & 1 == 1,
             in_streams: (case.frame_bits >> 1) as u8 & 7,
             out_streams: (case.frame_bits >> 4) as u8 & 7,
@@ -464,6 +466,13 @@ fn plan(case: &Case) -> Plan {
         }
         .pack(),
         10 => case.frame_bits,
+        // What a client sends when its streams fit in packet 0 (their
+        // lengths are cut short below so that most do).
+        12..=17 => FrameWord {
+            inline_streams: true,
+            ..base_desc.frame_word()
+        }
+        .pack(),
         _ => all[case.other_method as usize].frame_word().pack(),
     };
     let mut words = vec![word; case.lane_size as usize];
@@ -489,7 +498,12 @@ fn plan(case: &Case) -> Plan {
             }
             let mut blk = Vec::with_capacity(frame.block_len());
             for k in 0..n_len {
-                blk.extend_from_slice(&input.lens[k].to_le_bytes());
+                let len = if case.frame_sel >= 12 {
+                    input.lens[k] % 16
+                } else {
+                    input.lens[k]
+                };
+                blk.extend_from_slice(&len.to_le_bytes());
             }
             for k in 0..frame.arg_bytes as usize {
                 blk.push(args.get(k).copied().unwrap_or(k as u8));
@@ -521,8 +535,9 @@ fn lane_stream(case: &Case, lane: u32, i: usize, len: u64) -> Vec<u8> {
     (0..len).map(|k| stream_byte(case, lane, i, k)).collect()
 }
 
-/// The oracle: what the test service answers lane `lane` of an accepted call.
-fn expect(case: &Case, d: &CallDesc, lane: u32, block: &[u8]) -> Expect {
+/// The oracle: what the test service answers lane `lane` of an accepted call
+/// (`inline`: its streams came in packet 0).
+fn expect(case: &Case, d: &CallDesc, lane: u32, block: &[u8], inline: bool) -> Expect {
     let n_in = d.in_streams as usize;
     let len = |k: usize| u64::from_le_bytes(block[8 * k..8 * k + 8].try_into().unwrap());
     if (0..n_in).any(|k| len(k) > LIMIT) {
@@ -534,6 +549,15 @@ fn expect(case: &Case, d: &CallDesc, lane: u32, block: &[u8]) -> Expect {
         .any(|(j, &es)| len(n_in + j).saturating_mul(es as u64) > LIMIT)
     {
         return Expect::Err(Status::TooLarge, None);
+    }
+    if inline {
+        let mut at = call::inline_start(d.block_len());
+        for k in 0..n_in {
+            if at as u64 + len(k) > call::FIRST_PAYLOAD as u64 {
+                return Expect::Err(Status::InvalidArgument, Some(k as u32));
+            }
+            at = call::inline_next(at, len(k) as usize);
+        }
     }
     let args = &block[8 * (n_in + d.out_elem_sizes.len())..];
     let ok = |ret: Vec<u8>, out: Vec<u8>| Expect::Ok { ret, out };
@@ -691,7 +715,12 @@ fn whole_status(p: &Plan) -> Option<Status> {
     let first = p.lanes.trailing_zeros() as usize;
     let word = p.words[first];
     let f = FrameWord::unpack(word);
-    if f.version != FRAME_VERSION || f.pack() != word || iter_lanes(p.lanes).any(|l| p.words[l as usize] != word) {
+    let bad_inline = f.inline_streams && (f.in_streams == 0 || f.block_len() > call::FIRST_PAYLOAD);
+    if f.version != FRAME_VERSION
+        || f.pack() != word
+        || bad_inline
+        || iter_lanes(p.lanes).any(|l| p.words[l as usize] != word)
+    {
         return Some(Status::BadFrame);
     }
     None
@@ -707,6 +736,22 @@ fn drive(case: &Case, p: &Plan, dev: &Device<'_>) -> Result<Expected, String> {
         let mut b = Buffer::default();
         b.data[0] = p.words[lane as usize];
         call::fill_block(0, &p.blocks[lane as usize], &mut b);
+        // A lane whose frame word says its streams are inline writes them
+        // after its block, as much as packet 0 holds.
+        let f = FrameWord::unpack(b.data[0]);
+        let block = &p.blocks[lane as usize];
+        if f.inline_streams && block.len() <= call::FIRST_PAYLOAD {
+            let mut at = call::inline_start(block.len());
+            for i in 0..(f.in_streams as usize).min(block.len() / 8) {
+                let n = u64::from_le_bytes(block[8 * i..8 * i + 8].try_into().unwrap());
+                for k in 0..n.min(call::FIRST_PAYLOAD as u64) {
+                    if let Some(byte) = b.bytes_mut().get_mut(8 + at + k as usize) {
+                        *byte = stream_byte(case, lane, i, k);
+                    }
+                }
+                at = call::inline_next(at, n.min(call::FIRST_PAYLOAD as u64) as usize);
+            }
+        }
         dev.write(0, lane, &b);
     }
     dev.flip(0);
@@ -739,7 +784,7 @@ fn drive(case: &Case, p: &Plan, dev: &Device<'_>) -> Result<Expected, String> {
         }
         dev.flip(0);
     }
-    for i in 0..n_in {
+    for i in (0..n_in).filter(|_| !frame.inline_streams) {
         let packets = iter_lanes(p.lanes)
             .map(|l| call::stream_packets(len(l, i)))
             .max()
@@ -758,7 +803,13 @@ fn drive(case: &Case, p: &Plan, dev: &Device<'_>) -> Result<Expected, String> {
     }
 
     let served = served_desc(p.opcode);
-    let accepted = served.filter(|d| d.frame_word() == frame);
+    let accepted = served.filter(|d| {
+        d.frame_word()
+            == FrameWord {
+                inline_streams: false,
+                ..frame
+            }
+    });
     let refusal = match (served, accepted) {
         (None, _) => Some(Status::UnknownOpcode),
         (Some(_), None) => Some(Status::SignatureMismatch),
@@ -768,10 +819,12 @@ fn drive(case: &Case, p: &Plan, dev: &Device<'_>) -> Result<Expected, String> {
         return Ok(match (refusal, accepted) {
             (Some(s), _) => vec![(s, None)],
             (None, Some(d)) => iter_lanes(p.lanes)
-                .filter_map(|l| match expect(case, d, l, &p.blocks[l as usize]) {
-                    Expect::Err(s, _) => Some((s, Some(l))),
-                    Expect::Ok { .. } => None,
-                })
+                .filter_map(
+                    |l| match expect(case, d, l, &p.blocks[l as usize], frame.inline_streams) {
+                        Expect::Err(s, _) => Some((s, Some(l))),
+                        Expect::Ok { .. } => None,
+                    },
+                )
                 .collect(),
             (None, None) => unreachable!(),
         });
@@ -831,7 +884,7 @@ fn drive(case: &Case, p: &Plan, dev: &Device<'_>) -> Result<Expected, String> {
 
     let mut expected = Vec::new();
     for lane in iter_lanes(p.lanes) {
-        let want = expect(case, d, lane, &p.blocks[lane as usize]);
+        let want = expect(case, d, lane, &p.blocks[lane as usize], frame.inline_streams);
         let got = match status(lane) {
             Status::Ok => Expect::Ok {
                 ret: rets[lane as usize].clone(),

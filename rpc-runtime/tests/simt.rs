@@ -16,7 +16,7 @@
 //! warp's first port or from a per-lane one (`open_from`), per-lane
 //! multi-packet sends, `send_n`/`recv_n` streams, two round trips, two
 //! replies, fire-and-forget), calls through the call-frame path the
-//! `#[gpu_rpc]` stubs use (`Client::call` + `begin`/`stream`/`reply`/`out`,
+//! `#[gpu_rpc]` stubs use (`Client::call` + `begin_inline`/`stream`/`reply`/`out`,
 //! the runtime's `noop`, a fire-and-forget method), branches whose sides
 //! call different methods, loops with per-lane trip counts, early returns
 //! and `halt`. Every packet carries a tag naming its call (opcode, warp,
@@ -251,7 +251,15 @@ impl LaneCtx<'_, '_> {
     fn mix(&mut self) {
         self.next_tag(0);
         let x = self.rng.next() >> 8;
-        let s: Vec<u32> = (0..self.rng.below(40)).map(|_| self.rng.next() as u32).collect();
+        // Half the time short enough to go inline with the frame (8
+        // elements fit after MIX's 24-byte block), so groups mix lanes that
+        // fit with lanes that do not.
+        let n = if self.rng.below(2) == 0 {
+            self.rng.below(9)
+        } else {
+            self.rng.below(40)
+        };
+        let s: Vec<u32> = (0..n).map(|_| self.rng.next() as u32).collect();
         let mut out = vec![0xeeeeu16; self.rng.below(70) as usize];
         let r = mix_stub(self.stub, x, &s, &mut out);
         let want = x.wrapping_add(s.iter().map(|&v| v as u64).sum::<u64>());
@@ -379,7 +387,7 @@ fn mix_stub(client: &Client<'_>, x: u64, s: &[u32], out: &mut [u16]) -> Result<u
         block[0..8].copy_from_slice(&(s.len() as u64 * 4).to_le_bytes());
         block[8..16].copy_from_slice(&(out.len() as u64).to_le_bytes());
         block[16..24].copy_from_slice(&x.to_le_bytes());
-        let call = client.begin(&MIX, &block);
+        let call = client.begin_inline(&MIX, &block, s);
         let call = call.stream(s);
         let mut ret = [0u8; 8];
         let reply = call.reply(&mut ret);
@@ -659,7 +667,7 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
             let (dispatcher, stub_region, abort, done) = (&dispatcher, &stub_region, &abort, &done);
             s.spawn(move || {
                 let server = stub_region.server().with_abort(abort);
-                let _ = dispatcher.serve_until(&server, t, STUB_SERVERS, done, 64);
+                let _ = dispatcher.serve_until(&server, t, STUB_SERVERS, done);
             });
         }
         let raw = raw_region.client();

@@ -157,6 +157,7 @@ pub(super) fn run_kernel(
     }
     let stop = guard("recording an event", || stream.record_event(timed));
     let waiting = Instant::now();
+    let mut nap = Duration::from_micros(50);
     loop {
         let state = raw_guard("waiting for a kernel", || {
             // SAFETY: `s` is a live stream of the current context.
@@ -166,11 +167,15 @@ pub(super) fn run_kernel(
             Ok(()) => break,
             Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NOT_READY => {
                 // Yield for the first millisecond (short kernels), then sleep
-                // so the watcher does not compete with the server threads.
+                // so the watcher does not compete with the server threads:
+                // 50 µs doubling to 1 ms, so a long kernel costs the watcher
+                // about a thousand wake-ups a second, and its end is noticed
+                // within a millisecond (its time comes from CUDA events).
                 if waiting.elapsed() < Duration::from_millis(1) {
                     std::thread::yield_now();
                 } else {
-                    std::thread::sleep(Duration::from_micros(50));
+                    std::thread::sleep(nap);
+                    nap = (nap * 2).min(Duration::from_millis(1));
                 }
             }
             Err(e) => return Err(kernel_error(&kernel.name, e)),
@@ -346,7 +351,7 @@ pub fn launch_many(jobs: &[Job<'_, '_>]) -> Vec<Result<Report, CudaError>> {
             }
         })
         .collect();
-    let outcomes = launch_and_serve(host_jobs, threads, SERVER_IDLE_SPINS, |what, e| {
+    let outcomes = launch_and_serve(host_jobs, threads, false, |what, e| {
         CudaError::config(format!("{what}: {e}"))
     });
     jobs.iter()

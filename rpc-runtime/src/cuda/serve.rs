@@ -125,10 +125,12 @@ impl Serve {
             stop: AtomicBool::new(false),
         });
         let n = config.server_threads.clamp(1, u32::MAX as usize) as u32;
+        let idle = Arc::new(Idle::new(shared.dispatcher.config().idle));
         let mut threads = Vec::with_capacity(n as usize);
         let mut refused = None;
         for t in 0..n {
             let shared = Arc::clone(&shared);
+            let idle = Arc::clone(&idle);
             let serve = move || {
                 let server = shared.region.server().with_abort(&shared.stop);
                 let pool = [Served {
@@ -136,7 +138,7 @@ impl Serve {
                     dispatcher: &shared.dispatcher,
                     done: &shared.stop,
                 }];
-                serve_pool(&pool, t, n, SERVER_IDLE_SPINS)
+                serve_pool(&pool, t, n, &idle)
             };
             match crate::spawn::owned(format!("gpu_rpc server {t}"), serve) {
                 Ok(h) => threads.push(h),

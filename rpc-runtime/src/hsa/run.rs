@@ -417,7 +417,7 @@ pub fn launch_many(jobs: &[Job<'_, '_>]) -> Vec<Result<Report, HsaError>> {
             }),
         })
         .collect();
-    let outcomes = launch_and_serve(host_jobs, threads, SERVER_IDLE_SPINS, |what, e| {
+    let outcomes = launch_and_serve(host_jobs, threads, false, |what, e| {
         HsaError::config(format!("{what}: {e}"))
     });
     jobs.iter()

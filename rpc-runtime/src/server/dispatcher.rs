@@ -190,8 +190,9 @@ impl Dispatcher {
     /// The loop of one server thread of a backend: serve ports, its own slice
     /// first (`thread` of `threads` equal slices), then the others', until
     /// `done` is set (the kernel is over) and a last pass finds nothing to
-    /// do. When a pass finds nothing, the thread spins (`idle_spins` passes,
-    /// for the lowest latency when it has a core to itself) and then yields.
+    /// do. When a pass finds nothing, the thread waits as the configuration's
+    /// [`IdlePolicy`] says (spin, then sleep; each call of this has its own
+    /// [`Idle`], so threads started this way do not ring each other awake).
     /// Returns the warp-calls this thread served. [`serve_pool`] is the same
     /// loop over several regions.
     pub fn serve_until(
@@ -200,14 +201,14 @@ impl Dispatcher {
         thread: u32,
         threads: u32,
         done: &AtomicBool,
-        idle_spins: u32,
     ) -> Result<u64, Abandoned> {
         let region = Served {
             server,
             dispatcher: self,
             done,
         };
-        serve_pool(std::slice::from_ref(&region), thread, threads, idle_spins)
+        let idle = Idle::new(self.config.idle);
+        serve_pool(std::slice::from_ref(&region), thread, threads, &idle)
             .pop()
             .expect("one region")
     }

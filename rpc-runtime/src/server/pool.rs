@@ -22,30 +22,28 @@ pub struct Served<'r, 'a> {
 /// on it was abandoned; that does not stop the others. Returns each region's
 /// outcome, in order: the warp-calls this thread served on it (a run's own
 /// count, however many runs share the dispatcher), or the abandoned call.
+/// Between empty passes the thread waits as `idle` says (the pool's threads
+/// share it: see [`Idle`]).
 ///
 /// ```
 /// # use rpc_runtime as gpu_rpc;
 /// use std::sync::atomic::AtomicBool;
 /// use gpu_rpc::cpu::Region;
 /// use gpu_rpc::protocol::Layout;
-/// use gpu_rpc::server::{serve_pool, Dispatcher, Served, ServerConfig};
+/// use gpu_rpc::server::{serve_pool, Dispatcher, Idle, Served, ServerConfig};
 /// let (a, b) = (Region::new(Layout::new(4, 1).unwrap()), Region::new(Layout::new(4, 1).unwrap()));
 /// let d = Dispatcher::new(ServerConfig::default());
 /// let done = AtomicBool::new(true); // both "kernels" are over already
 /// let (sa, sb) = (a.server(), b.server());
 /// let pool = [Served { server: &sa, dispatcher: &d, done: &done }, Served { server: &sb, dispatcher: &d, done: &done }];
-/// assert_eq!(serve_pool(&pool, 0, 1, 0), [Ok(0), Ok(0)]);
+/// let idle = Idle::new(d.config().idle);
+/// assert_eq!(serve_pool(&pool, 0, 1, &idle), [Ok(0), Ok(0)]);
 /// ```
-pub fn serve_pool(
-    regions: &[Served<'_, '_>],
-    thread: u32,
-    threads: u32,
-    idle_spins: u32,
-) -> Vec<Result<u64, Abandoned>> {
+pub fn serve_pool(regions: &[Served<'_, '_>], thread: u32, threads: u32, idle: &Idle) -> Vec<Result<u64, Abandoned>> {
     let threads = threads.max(1);
     let mut outcome: Vec<Option<Result<u64, Abandoned>>> = regions.iter().map(|_| None).collect();
     let mut counts: Vec<u64> = regions.iter().map(|_| 0).collect();
-    let mut idle = 0u32;
+    let mut backoff = Backoff::new(&idle.policy(), thread, std::time::Instant::now());
     while outcome.iter().any(Option::is_none) {
         let mut served = 0;
         for ((r, out), count) in regions.iter().zip(outcome.iter_mut()).zip(counts.iter_mut()) {
@@ -75,14 +73,7 @@ pub fn serve_pool(
                 }
             }
         }
-        if served > 0 {
-            idle = 0;
-        } else if idle < idle_spins {
-            idle += 1;
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
-        }
+        idle::after_pass(idle, &mut backoff, served);
     }
     outcome.into_iter().map(|o| o.expect("every region finished")).collect()
 }

@@ -22,17 +22,9 @@ impl Dispatcher {
 
         // Frame packet.
         let mut words = [0u64; MAX_LANES as usize];
-        let mut firsts = [Buffer::default(); MAX_LANES as usize];
-        // The frame word first, then only as much of packet 0 as it
-        // announces (never more than the packet).
+        // The frame word first; the rest of packet 0 is read once the frame
+        // is known to be good, straight into the argument blocks.
         let port = port.recv_words(1, |lane, b| words[lane as usize] = b.data[0])?;
-        let announced = FrameWord::unpack(if lanes == 0 {
-            0
-        } else {
-            words[lanes.trailing_zeros() as usize]
-        });
-        let packet0_words = 1 + announced.block_len().min(call::FIRST_PAYLOAD).div_ceil(8);
-        port.reread(packet0_words, |lane, b| firsts[lane as usize] = *b);
 
         let first_lane = lanes.trailing_zeros();
         let word = if lanes == 0 { 0 } else { words[first_lane as usize] };
@@ -59,6 +51,17 @@ impl Dispatcher {
             Some((
                 Status::BadFrame,
                 format!("reserved bits set in frame word {word:#018x}"),
+            ))
+        } else if frame.inline_streams && (frame.in_streams == 0 || frame.block_len() > call::FIRST_PAYLOAD) {
+            Some((
+                Status::BadFrame,
+                format!(
+                    "frame word {word:#018x} announces inline streams, but the call has {} streamed inputs and a \
+                     {}-byte argument block (packet 0 holds {})",
+                    frame.in_streams,
+                    frame.block_len(),
+                    call::FIRST_PAYLOAD
+                ),
             ))
         } else {
             iter_lanes(lanes).find(|&l| words[l as usize] != word).map(|l| {
@@ -107,17 +110,27 @@ impl Dispatcher {
                     "unknown opcode: no service on this server handles it; lanes {lanes:#x} answered UnknownOpcode"
                 ),
             )),
-            Some(d) if d.frame_word() != frame => Some((
-                Status::SignatureMismatch,
-                format!(
-                    "frame word {word:#018x} from the device, {:#018x} here (signature {:#010x} vs {:#010x}): host and \
-                     kernel were built from different definitions of {}; lanes {lanes:#x} answered SignatureMismatch",
-                    d.frame_word().pack(),
-                    frame.signature,
-                    d.signature,
-                    method_name.unwrap_or("gpu_rpc::noop"),
-                ),
-            )),
+            // Inline streams are the client's choice per call, not part of
+            // the method's signature.
+            Some(d)
+                if d.frame_word()
+                    != FrameWord {
+                        inline_streams: false,
+                        ..frame
+                    } =>
+            {
+                Some((
+                    Status::SignatureMismatch,
+                    format!(
+                        "frame word {word:#018x} from the device, {:#018x} here (signature {:#010x} vs {:#010x}): host and \
+                         kernel were built from different definitions of {}; lanes {lanes:#x} answered SignatureMismatch",
+                        d.frame_word().pack(),
+                        frame.signature,
+                        d.signature,
+                        method_name.unwrap_or("gpu_rpc::noop"),
+                    ),
+                    ))
+            }
             Some(_) => None,
         };
         // From here on the frame word is well formed and the same on every
@@ -154,8 +167,13 @@ impl Dispatcher {
             let blk = &mut blocks[lane as usize];
             blk.clear();
             blk.resize(keep, 0);
-            call::read_block(0, &firsts[lane as usize], blk);
         }
+        // Only as much of packet 0 as the frame announces (never more than
+        // the packet).
+        let packet0_words = 1 + block_len.min(call::FIRST_PAYLOAD).div_ceil(8);
+        port.reread(packet0_words, |lane, b| {
+            call::read_block(0, b, &mut blocks[lane as usize])
+        });
         let port = port.recv_packets(call::spill_packets(block_len), |lane, i, b| {
             call::read_block(i + 1, b, &mut blocks[lane as usize])
         })?;
@@ -228,7 +246,48 @@ impl Dispatcher {
                 }
             }
         }
-        for i in 0..n_in {
+        if frame.inline_streams {
+            // Packet 0 is still the port's packet (the frame check above
+            // rules out spill packets): each lane's streams follow its block.
+            let mut overrun = [None; MAX_LANES as usize];
+            port.reread(BUFFER_BYTES / 8, |lane, b| {
+                let l = lane as usize;
+                if status[l] != Status::Ok {
+                    return;
+                }
+                let mut at = call::inline_start(block_len);
+                for i in 0..n_in {
+                    let len = lens(lane, i);
+                    let end = (at as u64).saturating_add(len);
+                    if end > call::FIRST_PAYLOAD as u64 {
+                        overrun[l] = Some((i, end));
+                        return;
+                    }
+                    if let Some(s) = streams[l].get_mut(i) {
+                        s.extend_from_slice(&b.bytes()[8 + at..8 + end as usize]);
+                    }
+                    at = call::inline_next(at, len as usize);
+                }
+            });
+            for lane in iter_lanes(lanes) {
+                if let Some((i, end)) = overrun[lane as usize] {
+                    status[lane as usize] = Status::InvalidArgument;
+                    detail[lane as usize] = i as u32;
+                    self.record(ServerError {
+                        opcode,
+                        method: method_name,
+                        port: index,
+                        lane: Some(lane),
+                        status: Status::InvalidArgument,
+                        message: format!(
+                            "inline streamed argument {i} ends at byte {end} of packet 0's payload, which holds {}",
+                            call::FIRST_PAYLOAD
+                        ),
+                    });
+                }
+            }
+        }
+        for i in (0..n_in).filter(|_| !frame.inline_streams) {
             let mut packets = 0u64;
             for lane in iter_lanes(lanes) {
                 packets = packets.max(call::stream_packets(lens(lane, i)));
@@ -293,8 +352,7 @@ impl Dispatcher {
                 }
                 None => {
                     // The runtime's no-op: x + 1.
-                    let ok: Vec<u32> = call.lanes().collect();
-                    for lane in ok {
+                    for lane in iter_lanes(call.ok_mask()) {
                         match call.arg::<u64>(lane, 0) {
                             Ok(x) => call.set_return(lane, &x.wrapping_add(1)),
                             Err(e) => call.fail(lane, e),
@@ -319,9 +377,10 @@ impl Dispatcher {
             }
         }
 
+        let streamed = n_in + n_out > 0;
         if !frame.reply {
             port.close();
-            call.into_scratch().put();
+            call.into_scratch().put(lanes, streamed);
             return Ok(());
         }
 
@@ -371,7 +430,7 @@ impl Dispatcher {
             }
         }
         port.close();
-        call.into_scratch().put();
+        call.into_scratch().put(lanes, streamed);
         Ok(())
     }
 }
@@ -411,8 +470,12 @@ impl Scratch {
         SCRATCH.with(|s| s.borrow_mut().take()).unwrap_or_else(Scratch::new)
     }
 
-    /// Give the buffers back for the next call on this thread.
-    pub(super) fn put(mut self) {
+    /// Give the buffers back for the next call on this thread: the call's
+    /// `lanes` used them; `streamed` says it had streams or out-buffers.
+    /// Only those buffers are walked (a call costs no pass over all 64
+    /// lanes'), and streams and out-buffers only when the call had them:
+    /// nothing else can have grown.
+    pub(super) fn put(mut self, lanes: u64, streamed: bool) {
         fn trim(v: &mut Vec<u8>) {
             if v.capacity() > KEEP_BYTES {
                 *v = Vec::new();
@@ -420,29 +483,35 @@ impl Scratch {
                 v.clear();
             }
         }
-        self.blocks.iter_mut().for_each(trim);
-        self.rets.iter_mut().for_each(trim);
-        self.streams
-            .iter_mut()
-            .chain(self.outs.iter_mut())
-            .flatten()
-            .for_each(trim);
-        let mut kept: Vec<&mut Vec<u8>> = self
-            .blocks
-            .iter_mut()
-            .chain(self.rets.iter_mut())
-            .chain(self.streams.iter_mut().chain(self.outs.iter_mut()).flatten())
-            .filter(|v| v.capacity() > 0)
-            .collect();
-        let mut total: usize = kept.iter().map(|v| v.capacity()).sum();
-        if total > KEEP_TOTAL_BYTES {
-            kept.sort_unstable_by_key(|v| std::cmp::Reverse(v.capacity()));
-            for v in kept {
-                if total <= KEEP_TOTAL_BYTES {
-                    break;
+        // Argument blocks and return values are held to MAX_ARG_BYTES and
+        // MAX_RET_BYTES (plus the length words) by the frame: always kept.
+        for lane in iter_lanes(lanes) {
+            self.blocks[lane as usize].clear();
+            self.rets[lane as usize].clear();
+        }
+        if streamed {
+            let mut total = 0;
+            for v in self.streams.iter_mut().chain(self.outs.iter_mut()).flatten() {
+                trim(v);
+                total += v.capacity();
+            }
+            if total > KEEP_TOTAL_BYTES {
+                // Free the largest first, so small ones keep their reuse.
+                let mut kept: Vec<&mut Vec<u8>> = self
+                    .streams
+                    .iter_mut()
+                    .chain(self.outs.iter_mut())
+                    .flatten()
+                    .filter(|v| v.capacity() > 0)
+                    .collect();
+                kept.sort_unstable_by_key(|v| std::cmp::Reverse(v.capacity()));
+                for v in kept {
+                    if total <= KEEP_TOTAL_BYTES {
+                        break;
+                    }
+                    total -= v.capacity();
+                    *v = Vec::new();
                 }
-                total -= v.capacity();
-                *v = Vec::new();
             }
         }
         SCRATCH.with(|s| *s.borrow_mut() = Some(self));
@@ -468,7 +537,8 @@ mod tests {
 
     /// After a call with 64 lanes × 7 out-buffers of 1 MiB (each at the
     /// per-buffer cap, so each alone would be kept), the thread keeps at most
-    /// `KEEP_TOTAL_BYTES` of scratch in all.
+    /// `KEEP_TOTAL_BYTES` of stream and out-buffer scratch in all, and the
+    /// argument blocks (bounded by the frame) stay.
     #[test]
     fn scratch_kept_between_calls_is_capped_in_total() {
         let mut s = Scratch::take();
@@ -476,19 +546,31 @@ mod tests {
             *outs = (0..7).map(|_| Vec::with_capacity(KEEP_BYTES)).collect();
         }
         for b in s.blocks.iter_mut() {
-            b.reserve_exact(64);
+            b.extend_from_slice(&[1; 64]);
         }
-        s.put();
+        s.put(u64::MAX, true);
         let s = Scratch::take();
-        let kept: usize = s
-            .blocks
-            .iter()
-            .chain(&s.rets)
-            .chain(s.streams.iter().chain(&s.outs).flatten())
-            .map(Vec::capacity)
-            .sum();
+        let kept: usize = s.streams.iter().chain(&s.outs).flatten().map(Vec::capacity).sum();
         assert!(kept <= KEEP_TOTAL_BYTES, "kept {kept} bytes");
-        // The small buffers survive: they are freed last.
-        assert!(s.blocks.iter().all(|b| b.capacity() >= 64));
+        assert!(kept > 0, "the buffers under the cap are kept");
+        // The blocks survive, emptied.
+        assert!(s.blocks.iter().all(|b| b.capacity() >= 64 && b.is_empty()));
+    }
+
+    /// A call without streams leaves the stream buffers alone and empties
+    /// the blocks and return values of its own lanes only.
+    #[test]
+    fn a_call_without_streams_touches_only_its_lanes() {
+        let mut s = Scratch::take();
+        s.streams[3] = vec![vec![7; 10]];
+        for l in [0, 5] {
+            s.blocks[l].extend_from_slice(&[1; 8]);
+            s.rets[l].extend_from_slice(&[2; 8]);
+        }
+        s.put(1 << 5, false);
+        let s = Scratch::take();
+        assert_eq!(s.streams[3], [vec![7; 10]]);
+        assert!(s.blocks[5].is_empty() && s.rets[5].is_empty());
+        assert_eq!(s.blocks[0], [1; 8]);
     }
 }

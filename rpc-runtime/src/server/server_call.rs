@@ -99,7 +99,7 @@ impl ServerCall<'_> {
     }
 
     /// The mask of lanes whose status is still `Ok`.
-    fn ok_mask(&self) -> u64 {
+    pub(super) fn ok_mask(&self) -> u64 {
         iter_lanes(self.lanes)
             .filter(|&l| self.status[l as usize] == Status::Ok)
             .fold(0, |m, l| m | 1 << l)

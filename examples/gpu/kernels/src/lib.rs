@@ -3,7 +3,7 @@
 //! Every RPC kernel takes the [`ClientDesc`] the host passes as its first
 //! parameter and builds its [`Client`] from it.
 #![no_std]
-#![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, stdarch_nvptx))]
+#![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, stdarch_nvptx, asm_experimental_arch))]
 #![cfg_attr(target_arch = "amdgpu", feature(abi_gpu_kernel, stdarch_amdgpu, core_intrinsics, gpu_intrinsics), allow(internal_features))]
 
 // Device panics are reported to the host (message, file:line:column, block and
@@ -147,6 +147,38 @@ mod nvptx {
     }
 
     /// The floor of the benchmarks: one GPU thread and one host thread
+    /// The GPU's global nanosecond timer (`%globaltimer`).
+    #[inline(always)]
+    fn globaltimer() -> u64 {
+        let t: u64;
+        // SAFETY: reads a special register; no memory is touched.
+        unsafe { core::arch::asm!("mov.u64 {t}, %globaltimer;", t = out(reg64) t, options(nomem, nostack)) };
+        t
+    }
+
+    /// The idle benchmark: `reps` times, stay silent for `silence_ns` (no
+    /// call, spinning on the timer), then make one `Bench::incr` call and
+    /// write its latency in ns to `out[rep]` (`u64::MAX` for a wrong
+    /// result). Launched as one thread.
+    ///
+    /// # Safety
+    /// `desc` describes a live region; `out` has `reps` slots.
+    #[no_mangle]
+    pub unsafe extern "ptx-kernel" fn rpc_idle_kernel(desc: ClientDesc, silence_ns: u64, reps: u32, out: *mut u64) {
+        // SAFETY: the host passed a live descriptor.
+        let client = unsafe { Client::from_desc(&desc) };
+        let bench = BenchClient::new(&client);
+        for r in 0..reps as u64 {
+            let quiet = globaltimer();
+            while globaltimer().wrapping_sub(quiet) < silence_ns {}
+            let t0 = globaltimer();
+            let y = bench.incr(r);
+            let t1 = globaltimer();
+            // SAFETY: `reps` slots.
+            unsafe { *out.add(r as usize) = if y == r + 1 { t1 - t0 } else { u64::MAX } };
+        }
+    }
+
     /// ping-pong a counter over pinned mapped memory, with no protocol.
     /// `words[0]` is written by the GPU, `words[16]` (another cache line) by
     /// the host. The descriptor is unused (the launcher passes one to every

@@ -16,10 +16,17 @@
 //!    conditional `gpu_println!` and an `assert!`: registers and run time
 //!    against the kernel without gpu_rpc, alternated in one run.
 //!
-//! (Workload 5 is the CPU backend's, `rpc-runtime/benches/cpu.rs`.)
+//! 8. `idle`: the idle policy's trade-off — the latency of a call after
+//!    0, 1 ms, 100 ms and 1 s of silence, and the CPU time the server
+//!    threads use while a kernel runs 2 s without a call, for the default
+//!    policy, a never-sleeping server and LLVM libc's (spin 25 µs, then
+//!    sleep 250 µs).
+//!
+//! (Workload 5 is the CPU backend's, `rpc-runtime/benches/cpu.rs`; 7 the
+//! host's cost per warp-call without a GPU, `benches/host.rs`.)
 //!
 //! ```text
-//! gpu_bench all                        # 1-3 and 6 (`print` runs on its own)
+//! gpu_bench all                        # 1-3, 6 and 8 (`print` runs on its own)
 //! gpu_bench print-rpc OUT_FILE         # 4, gpu_rpc half
 //! gpu_bench print-cuda printf.ptx      # 4, CUDA printf half (stdout -> file)
 //! ```
@@ -34,7 +41,7 @@ use gpu_examples::{kernels_ptx, Counters};
 use gpu_rpc::cuda::{
     launch, launch_with_region, CudaDevice, CudaRegion, DeviceBuffer, Kernel, KernelArg, Launch, Module, PinnedBuffer,
 };
-use gpu_rpc::server::{Dispatcher, ServerConfig};
+use gpu_rpc::server::{Dispatcher, IdlePolicy, ServerConfig};
 
 fn bench_dispatcher(counters: &Arc<Counters>) -> Dispatcher {
     let mut d = Dispatcher::new(ServerConfig::default());
@@ -419,18 +426,135 @@ fn main() {
         "contention" => contention(&dev, &module),
         "bandwidth" => bandwidth(&dev, &module),
         "tax" => tax(&dev, &module),
+        "idle" => idle(&dev, &module),
         "print-rpc" => print_rpc(&module, args.get(2).map(String::as_str).unwrap_or("/tmp/print-rpc.txt")),
         "all" => {
             null(&dev, &module);
             contention(&dev, &module);
             bandwidth(&dev, &module);
             tax(&dev, &module);
+            idle(&dev, &module);
         }
         other => {
             eprintln!(
-                "gpu_bench: unknown workload `{other}` (null, contention, bandwidth, tax, print-rpc, print-cuda, all)"
+                "gpu_bench: unknown workload `{other}` (null, contention, bandwidth, tax, idle, print-rpc, print-cuda, all)"
             );
             std::process::exit(2)
+        }
+    }
+}
+
+/// The policies the idle benchmark compares.
+fn idle_policies() -> [(&'static str, IdlePolicy); 3] {
+    [
+        ("default", IdlePolicy::default()),
+        ("never sleep", IdlePolicy::NEVER_SLEEP),
+        (
+            "LLVM libc's (spin 25 µs, sleep 250 µs)",
+            IdlePolicy {
+                spin: Duration::from_micros(25),
+                first_sleep: Duration::from_micros(250),
+                max_sleep: Duration::from_micros(250),
+            },
+        ),
+    ]
+}
+
+/// CPU time (ns) the threads whose name starts with `prefix` have used so
+/// far, from /proc/self/task/*/schedstat (Linux).
+fn threads_cpu_ns(prefix: &str) -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix)))
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// One launch of `rpc_idle_kernel` (one thread): the latencies in µs of
+/// `reps` calls, each after `silence` without a call.
+fn idle_latencies(module: &Module, policy: IdlePolicy, servers: usize, silence: Duration, reps: u32) -> Vec<f64> {
+    let dev = module.device();
+    let kernel = module.kernel("rpc_idle_kernel").unwrap();
+    let counters = Arc::new(Counters::default());
+    let mut d = Dispatcher::new(ServerConfig {
+        idle: policy,
+        ..ServerConfig::default()
+    });
+    d.add(BenchServer(Arc::clone(&counters))).unwrap();
+    let out = DeviceBuffer::new(dev, reps as usize * 8).unwrap();
+    let cfg = Launch {
+        grid: (1, 1, 1),
+        block: (1, 1, 1),
+        port_count: 64,
+        server_threads: servers,
+        ..Launch::default()
+    };
+    let args = [
+        KernelArg::U64(silence.as_nanos() as u64),
+        KernelArg::U32(reps),
+        KernelArg::Ptr(out.device_ptr()),
+    ];
+    launch(&kernel, &cfg, &d, &args).unwrap();
+    let v: Vec<f64> = out
+        .to_vec()
+        .unwrap()
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .map(|ns| {
+            assert_ne!(ns, u64::MAX, "a wrong result");
+            ns as f64 / 1e3
+        })
+        .collect();
+    assert_eq!(counters.incr.load(Ordering::Relaxed), reps as u64);
+    v
+}
+
+/// Workload 8: the idle policy's trade-off.
+fn idle(dev: &CudaDevice, module: &Module) {
+    let _ = dev;
+    println!("\nidle: latency of one call (one thread, 2 server threads) after a silence, µs, median [min, max]");
+    println!("| policy | back to back | after 1 ms | after 100 ms | after 1 s |");
+    println!("|---|---:|---:|---:|---:|");
+    for (name, policy) in idle_policies() {
+        let mut row = format!("| {name} |");
+        for (silence, reps) in [
+            (Duration::ZERO, 2000),
+            (Duration::from_millis(1), 200),
+            (Duration::from_millis(100), 10),
+            (Duration::from_secs(1), 3),
+        ] {
+            let mut v = idle_latencies(module, policy, 2, silence, reps);
+            let (m, lo, hi) = spread(&mut v);
+            row += &format!(" {m:.1} [{lo:.1}, {hi:.1}] |");
+        }
+        println!("{row}");
+    }
+    println!(
+        "\nidle: CPU time of the server threads while a kernel runs 2 s without a call (sampled from 0.3 s to 1.8 s)"
+    );
+    println!("| policy | server threads | server CPU, % of one core | kernel watcher, % of one core |");
+    println!("|---|---:|---:|---:|");
+    for (name, policy) in idle_policies() {
+        for servers in [2usize, 8] {
+            let measured = std::thread::scope(|s| {
+                let run = s.spawn(|| idle_latencies(module, policy, servers, Duration::from_secs(2), 1));
+                std::thread::sleep(Duration::from_millis(300));
+                let (s0, w0, t0) = (
+                    threads_cpu_ns("gpu_rpc server"),
+                    threads_cpu_ns("gpu_rpc launch"),
+                    Instant::now(),
+                );
+                std::thread::sleep(Duration::from_millis(1500));
+                let (s1, w1) = (threads_cpu_ns("gpu_rpc server"), threads_cpu_ns("gpu_rpc launch"));
+                let wall = t0.elapsed().as_nanos() as f64;
+                run.join().unwrap();
+                ((s1 - s0) as f64 / wall * 100.0, (w1 - w0) as f64 / wall * 100.0)
+            });
+            println!("| {name} | {servers} | {:.2} | {:.2} |", measured.0, measured.1);
         }
     }
 }

@@ -1,0 +1,297 @@
+//! The host's cost of serving one warp-call, measured without a GPU (workload
+//! 7 of BENCHMARKS.md): a synthetic device plays 32-lane warps on a CPU
+//! [`Region`], writing frames the way a kernel's client does
+//! ([`RawDevice`]), and a server thread serves them.
+//!
+//! `cargo bench --bench host` (a plain bench binary: it prints Markdown
+//! tables; `-- --quick` runs fewer calls). Two modes:
+//!
+//! * **batch**: the device fills every port with a call, then one
+//!   `Dispatcher::poll` over the ports serves them all; the time of the poll
+//!   divided by the calls is the server's own cost per warp-call (decode,
+//!   dispatch, reply, lock, scan), with the memory hot in its cache. The same
+//!   poll over ports with nothing pending is the scan cost alone.
+//! * **threaded**: a device thread keeps every port busy (the next call as
+//!   soon as a reply is in, calls of several packets too) while one server
+//!   thread serves; warp-calls per second end to end, with the cache-line
+//!   traffic of two cores.
+//!
+//! Every reply is checked (status and value); a wrong one aborts the bench.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use gpu_rpc::call::{CallDesc, FrameWord, NOOP_DESC};
+use gpu_rpc::cpu::{RawDevice, Region};
+use gpu_rpc::protocol::{opcodes, Buffer, Layout};
+use gpu_rpc::server::{Dispatcher, ServerConfig};
+use gpu_rpc::{gpu_rpc, Status};
+
+/// The service the synthetic device calls.
+#[gpu_rpc]
+pub trait Synth {
+    /// x + 1 (the GPU bench's `Bench::incr`).
+    fn incr(&self, x: u64) -> u64;
+    /// A line of text, acknowledged (the shape of `print_stderr`).
+    fn line(&self, msg: &str);
+}
+
+struct Host;
+
+impl Synth for Host {
+    fn incr(&self, x: u64) -> u64 {
+        x.wrapping_add(1)
+    }
+    fn line(&self, msg: &str) {
+        std::hint::black_box(msg);
+    }
+}
+
+/// The text every lane of a `line` call sends (40 bytes, a typical log line).
+const LINE: &[u8; 40] = b"thread 123 of block 45: value 0.1234567\n";
+
+/// What one warp-call looks like from the device.
+#[derive(Clone, Copy, PartialEq)]
+enum Workload {
+    /// The runtime's no-op (x + 1, no generated code).
+    Noop,
+    /// Generated `Synth::incr`.
+    Incr,
+    /// Generated `Synth::line` (a frame packet, then a stream packet).
+    Line,
+    /// The same with the text inline in the frame packet (what the stub
+    /// sends when every lane's text fits).
+    LineInline,
+}
+
+impl Workload {
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Noop => "runtime no-op",
+            Workload::Incr => "generated `incr`",
+            Workload::Line => "generated `line(&str)`, 40 bytes, in a stream packet",
+            Workload::LineInline => "generated `line(&str)`, 40 bytes, inline",
+        }
+    }
+
+    fn desc(self) -> &'static CallDesc {
+        match self {
+            Workload::Noop => &NOOP_DESC,
+            Workload::Incr => SynthRpc::INCR,
+            Workload::Line | Workload::LineInline => SynthRpc::LINE,
+        }
+    }
+
+    /// Packets the device sends per call.
+    fn packets(self) -> u32 {
+        if self == Workload::Line {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Lane `lane`'s packet `step` of call number `n`.
+    fn packet(self, step: u32, lane: u32, n: u64) -> Buffer {
+        let mut b = Buffer::default();
+        match (self, step) {
+            (Workload::Line, 1) => b.bytes_mut()[..LINE.len()].copy_from_slice(LINE),
+            (Workload::Line, _) => {
+                b.data[0] = self.desc().frame_word().pack();
+                b.data[1] = LINE.len() as u64;
+            }
+            (Workload::LineInline, _) => {
+                b.data[0] = FrameWord {
+                    inline_streams: true,
+                    ..self.desc().frame_word()
+                }
+                .pack();
+                b.data[1] = LINE.len() as u64;
+                // The text after the 8-byte block.
+                b.bytes_mut()[16..16 + LINE.len()].copy_from_slice(LINE);
+            }
+            _ => {
+                b.data[0] = self.desc().frame_word().pack();
+                b.data[1] = n + lane as u64;
+            }
+        }
+        b
+    }
+
+    /// Check lane `lane`'s reply to call number `n`.
+    fn check(self, reply: &Buffer, lane: u32, n: u64) {
+        assert_eq!(
+            Status::from_u32(reply.data[0] as u32),
+            Status::Ok,
+            "{}: lane {lane}",
+            self.name()
+        );
+        if !matches!(self, Workload::Line | Workload::LineInline) {
+            assert_eq!(reply.data[1], n + lane as u64 + 1, "{}: lane {lane}", self.name());
+        }
+    }
+}
+
+fn dispatcher(metrics: bool) -> Dispatcher {
+    let mut d = Dispatcher::new(ServerConfig {
+        metrics,
+        ..ServerConfig::default()
+    });
+    d.add(SynthServer(Host)).expect("one service");
+    d
+}
+
+fn opcode(w: Workload) -> u32 {
+    match w {
+        Workload::Noop => opcodes::NOOP,
+        _ => w.desc().opcode,
+    }
+}
+
+/// Batch mode: ns per warp-call of one poll over `ports` ports each holding
+/// a call of `lanes` lanes (median, min, max of `reps` polls).
+fn batch(w: Workload, lanes: u32, ports: u32, reps: u32, metrics: bool) -> (f64, f64, f64) {
+    assert_eq!(w.packets(), 1, "batch mode serves one-packet calls");
+    let d = dispatcher(metrics);
+    let region = Region::new(Layout::new(ports, lanes).unwrap());
+    // SAFETY: no client uses the region; this thread plays the device.
+    let dev = unsafe { RawDevice::new(&region) };
+    let server = region.server();
+    let mask = if lanes == 64 { u64::MAX } else { (1u64 << lanes) - 1 };
+    let mut times = Vec::new();
+    for rep in 0..reps as u64 {
+        for p in 0..ports {
+            let packets: Vec<_> = (0..lanes).map(|l| (l, w.packet(0, l, rep + p as u64))).collect();
+            dev.inject(p, opcode(w), mask, &packets);
+        }
+        let t = Instant::now();
+        let served = d.poll(&server, 0..ports).expect("no abort");
+        times.push(t.elapsed().as_secs_f64() * 1e9 / ports as f64);
+        assert_eq!(served, ports as usize);
+        for p in 0..ports {
+            assert!(dev.owned(p));
+            for l in 0..lanes {
+                w.check(&dev.read(p, l), l, rep + p as u64);
+            }
+        }
+    }
+    stats(&mut times)
+}
+
+/// ns per port of a poll over `ports` ports with nothing pending.
+fn scan(ports: u32, reps: u32) -> (f64, f64, f64) {
+    let d = dispatcher(true);
+    let region = Region::new(Layout::new(ports, 32).unwrap());
+    let server = region.server();
+    let mut times = Vec::new();
+    for _ in 0..reps {
+        let t = Instant::now();
+        assert_eq!(d.poll(&server, 0..ports).expect("no abort"), 0);
+        times.push(t.elapsed().as_secs_f64() * 1e9 / ports as f64);
+    }
+    stats(&mut times)
+}
+
+/// Threaded mode: a device thread keeps `ports` ports busy with `calls`
+/// warp-calls in all while one server thread serves; warp-calls per second.
+fn threaded(w: Workload, ports: u32, calls: u64) -> f64 {
+    let d = Arc::new(dispatcher(true));
+    let region = Region::new(Layout::new(ports, 32).unwrap());
+    let done = AtomicBool::new(false);
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        let server = s.spawn(|| d.serve_until(&region.server(), 0, 1, &done));
+        // SAFETY: no client uses the region; this thread plays the device.
+        let dev = unsafe { RawDevice::new(&region) };
+        // Per port: the call number and the next packet to send.
+        let mut state: Vec<(u64, u32)> = (0..ports).map(|p| (p as u64, 0)).collect();
+        let mut started = 0u64;
+        let mut finished = 0u64;
+        while finished < calls {
+            for p in 0..ports {
+                let (n, step) = &mut state[p as usize];
+                if !dev.owned(p) {
+                    continue;
+                }
+                if *step == w.packets() {
+                    for l in 0..32 {
+                        w.check(&dev.read(p, l), l, *n);
+                    }
+                    finished += 1;
+                    *n += ports as u64;
+                    *step = 0;
+                }
+                if *step == 0 {
+                    if started == calls {
+                        continue;
+                    }
+                    started += 1;
+                }
+                let packets: Vec<_> = (0..32).map(|l| (l, w.packet(*step, l, *n))).collect();
+                dev.inject(p, opcode(w), u32::MAX as u64, &packets);
+                *step += 1;
+            }
+        }
+        // Release: the server's last pass sees every flip above.
+        done.store(true, Ordering::Release);
+        assert_eq!(server.join().unwrap().expect("no abort"), calls);
+    });
+    calls as f64 / t.elapsed().as_secs_f64()
+}
+
+fn stats(v: &mut [f64]) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let reps = if quick { 20 } else { 400 };
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    println!("Host cost per warp-call, synthetic device, {cores} cores, {reps} polls per row\n");
+    println!("| workload | lanes | ports | metrics | ns per warp-call, median [min, max] | ns per lane |");
+    println!("|---|---:|---:|---|---:|---:|");
+    for (w, lanes, ports, metrics) in [
+        (Workload::Noop, 32, 512, true),
+        (Workload::Incr, 32, 512, true),
+        (Workload::Incr, 32, 512, false),
+        (Workload::Incr, 1, 512, true),
+        (Workload::Incr, 64, 512, true),
+        (Workload::LineInline, 32, 512, true),
+    ] {
+        let (m, lo, hi) = batch(w, lanes, ports, reps, metrics);
+        println!(
+            "| {} | {lanes} | {ports} | {} | {m:.0} [{lo:.0}, {hi:.0}] | {:.1} |",
+            w.name(),
+            if metrics { "on" } else { "off" },
+            m / lanes as f64
+        );
+    }
+    for ports in [512, 4096] {
+        let (m, lo, hi) = scan(ports, reps);
+        println!("| nothing pending (scan) | 32 | {ports} | on | {m:.1} [{lo:.1}, {hi:.1}] per port | |");
+    }
+
+    let calls = if quick { 20_000 } else { 400_000 };
+    println!("\nThreaded: a device thread keeps the ports busy, one server thread, {calls} warp-calls of 32 lanes\n");
+    println!("| workload | ports | M warp-calls/s | ns per warp-call |");
+    println!("|---|---:|---:|---:|");
+    for (w, ports) in [
+        (Workload::Incr, 64),
+        (Workload::Incr, 512),
+        (Workload::Line, 512),
+        (Workload::LineInline, 512),
+    ] {
+        let mut r: Vec<f64> = (0..3).map(|_| threaded(w, ports, calls)).collect();
+        let (m, lo, hi) = stats(&mut r);
+        println!(
+            "| {} | {ports} | {:.3} [{:.3}, {:.3}] | {:.0} |",
+            w.name(),
+            m / 1e6,
+            lo / 1e6,
+            hi / 1e6,
+            1e9 / m
+        );
+    }
+}
