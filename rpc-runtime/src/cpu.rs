@@ -377,11 +377,7 @@ where
                         }
                         Err(p) => Err(LanePanic {
                             thread: id,
-                            message: p
-                                .downcast_ref::<&str>()
-                                .map(|s| s.to_string())
-                                .or_else(|| p.downcast_ref::<String>().cloned())
-                                .unwrap_or_default(),
+                            message: crate::server::panic_message(&*p),
                         }),
                     }
                 })

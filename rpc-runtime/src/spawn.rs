@@ -50,14 +50,28 @@ pub(crate) fn servers<'s, 'e, T: Send + 's>(
     n: u32,
     serve: impl Fn(u32) -> T + Send + Copy + 's,
 ) -> io::Result<Vec<ScopedJoinHandle<'s, T>>> {
+    left_out_unless_none((0..n).map(|t| scoped(scope, server_name(t), move || serve(t))))
+}
+
+/// [`servers`] for background servers that outlive the caller: thread `t`
+/// runs `serve(t)`, by the same rule.
+#[cfg(feature = "cuda")]
+pub(crate) fn owned_servers<T: Send + 'static, F: FnOnce() -> T + Send + 'static>(
+    n: u32,
+    mut serve: impl FnMut(u32) -> F,
+) -> io::Result<Vec<std::thread::JoinHandle<T>>> {
+    left_out_unless_none((0..n).map(|t| owned(server_name(t), serve(t))))
+}
+
+/// Server thread `t`'s name (what `/proc` and debuggers show).
+fn server_name(t: u32) -> String {
+    format!("gpu_rpc server {t}")
+}
+
+/// The threads that started; the last refusal when none did.
+fn left_out_unless_none<H>(spawns: impl Iterator<Item = io::Result<H>>) -> io::Result<Vec<H>> {
     let mut refused = None;
-    let started: Vec<_> = (0..n)
-        .filter_map(|t| {
-            scoped(scope, format!("gpu_rpc server {t}"), move || serve(t))
-                .map_err(|e| refused = Some(e))
-                .ok()
-        })
-        .collect();
+    let started: Vec<H> = spawns.filter_map(|r| r.map_err(|e| refused = Some(e)).ok()).collect();
     match refused {
         Some(e) if started.is_empty() => Err(e),
         _ => Ok(started),

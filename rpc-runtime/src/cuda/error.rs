@@ -239,12 +239,7 @@ impl CudaError {
     }
 }
 
-pub(super) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".to_string())
-}
+use crate::server::panic_message;
 
 /// Run a driver call, turning `cudarc`'s panic for a missing driver symbol
 /// into an error. The outer `Result` is that failure, the inner one the

@@ -126,12 +126,11 @@ impl Serve {
         });
         let n = config.server_threads.clamp(1, u32::MAX as usize) as u32;
         let idle = Arc::new(Idle::new(shared.dispatcher.config().idle));
-        let mut threads = Vec::with_capacity(n as usize);
-        let mut refused = None;
-        for t in 0..n {
-            let shared = Arc::clone(&shared);
-            let idle = Arc::clone(&idle);
-            let serve = move || {
+        // As for every backend: a thread the OS refuses is left out (the others
+        // scan every port); none at all is an error.
+        let threads = crate::spawn::owned_servers(n, |t| {
+            let (shared, idle) = (Arc::clone(&shared), Arc::clone(&idle));
+            move || {
                 let server = shared.region.server().with_abort(&shared.stop);
                 let pool = [Served {
                     server: &server,
@@ -139,17 +138,9 @@ impl Serve {
                     done: &shared.stop,
                 }];
                 serve_pool(&pool, t, n, &idle)
-            };
-            match crate::spawn::owned(format!("gpu_rpc server {t}"), serve) {
-                Ok(h) => threads.push(h),
-                Err(e) => refused = Some(e),
             }
-        }
-        // As for every backend: a thread the OS refuses is left out (the others
-        // scan every port); none at all is an error.
-        if let (true, Some(e)) = (threads.is_empty(), refused) {
-            return Err(CudaError::config(format!("no server thread could be started: {e}")));
-        }
+        })
+        .map_err(|e| CudaError::config(format!("no server thread could be started: {e}")))?;
         Ok(Serve {
             shared,
             desc,

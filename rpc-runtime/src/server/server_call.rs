@@ -4,8 +4,10 @@
 use super::serve_call::{lens_of, Scratch};
 use super::*;
 
-/// The text of a panic payload, clipped ([`clip_message`]).
-pub(super) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+/// The text of a panic payload, clipped ([`clip_message`]): the one place a
+/// payload becomes a message (a host method's panic, a CPU lane's, a driver
+/// binding's).
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
         .map(|s| clip_message(s))
