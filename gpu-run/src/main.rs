@@ -31,8 +31,12 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use clap::Parser;
+use gpu_rpc::launch::{KernelArg, MappedBuffer};
 use gpu_rpc::server::{Dispatcher, ServerConfig};
 use gpu_rpc::services::{FileAccess, StdHost, StdHostConfig, StdServer};
+
+mod backend;
+use backend::Backend;
 
 /// Run a GPU kernel image that calls gpu_rpc's standard services.
 #[derive(Parser, Debug)]
@@ -241,8 +245,11 @@ fn run(cli: &Cli, config: StdHostConfig) -> Result<u8, String> {
     let bytes = std::fs::read(&cli.image).map_err(|e| format!("cannot read `{}`: {e}", cli.image.display()))?;
     let kind = image_kind(&bytes).map_err(|e| format!("`{}` is {e}", cli.image.display()))?;
     match kind {
-        ImageKind::Ptx => run_cuda(cli, config, &String::from_utf8_lossy(&bytes)),
-        ImageKind::AmdgpuCodeObject => run_hsa(cli, config, bytes),
+        ImageKind::Ptx => run_on(&backend::Ptx(&String::from_utf8_lossy(&bytes)), cli, config),
+        ImageKind::AmdgpuCodeObject => {
+            let code = gpu_rpc::hsa::CodeObject::from_bytes(bytes).map_err(|e| e.to_string())?;
+            run_on(&backend::CodeObject(code), cli, config)
+        }
     }
 }
 
@@ -345,46 +352,36 @@ fn finish<R, E: std::fmt::Display>(
     exit_code(host, failure.map_or(Ok(()), Err))
 }
 
-fn run_cuda(cli: &Cli, config: StdHostConfig, ptx: &str) -> Result<u8, String> {
-    use gpu_rpc::cuda::{
-        launch_many, CudaDevice, CudaRegion, Job, KernelArg, Launch, MappedBuffer, Module, PinnedBuffer,
-    };
-
-    let e = |e: gpu_rpc::cuda::CudaError| e.to_string();
-    let ordinals = ordinals(cli, CudaDevice::count)?;
+/// Run the image on the devices `cli` names, through backend `B`: open them,
+/// load the image and fill an argv buffer on each, then launch and serve
+/// every device's kernel at once.
+fn run_on<B: Backend>(image: &B, cli: &Cli, config: StdHostConfig) -> Result<u8, String> {
+    let e = |e: B::Error| e.to_string();
+    let ordinals = ordinals(cli, B::count)?;
     let devices = ordinals
         .iter()
-        .map(|&o| CudaDevice::new(o))
+        .map(|&o| B::open(o))
         .collect::<Result<Vec<_>, _>>()
         .map_err(e)?;
     let modules = devices
         .iter()
-        .map(|d| Module::from_ptx(d, ptx))
+        .map(|d| image.load(d))
         .collect::<Result<Vec<_>, _>>()
         .map_err(e)?;
     let kernels = modules
         .iter()
-        .map(|m| m.kernel(&cli.kernel))
+        .map(|m| B::kernel(m, &cli.kernel))
         .collect::<Result<Vec<_>, _>>()
         .map_err(e)?;
-    let mut cfg = Launch {
-        grid: cli.blocks,
-        block: cli.threads,
-        server_threads: cli.server_threads as usize,
-        ..Launch::default()
-    };
-    if let Some(p) = cli.ports {
-        cfg.port_count = p;
-    }
-    let ports = cfg.warps().min(cfg.port_count as u64).clamp(1, 65536) as u32;
+    let cfg = B::launch(cli.blocks, cli.threads, cli.server_threads as usize, cli.ports);
     let argv = argv(cli);
     let mut regions = Vec::new();
     let mut buffers = Vec::new();
     for dev in &devices {
-        regions.push(CudaRegion::new(dev, ports).map_err(e)?);
-        // argv in pinned memory mapped into this device.
-        let mut buf = PinnedBuffer::new(dev, argv_bytes(&argv)).map_err(e)?;
-        let base = buf.device_ptr();
+        regions.push(B::region(dev, &cfg).map_err(e)?);
+        // argv in host memory this device reads.
+        let mut buf = B::buffer(dev, argv_bytes(&argv)).map_err(e)?;
+        let base = B::device_ptr(&buf);
         // SAFETY: the buffer is ours and no kernel runs yet.
         write_argv(&argv, unsafe { buf.as_mut_slice() }, base);
         buffers.push(buf);
@@ -394,81 +391,10 @@ fn run_cuda(cli: &Cli, config: StdHostConfig, ptx: &str) -> Result<u8, String> {
     let (host, dispatchers) = std_services(cli, config, devices.len())?;
     let args: Vec<[KernelArg; 2]> = buffers
         .iter()
-        .map(|b| [KernelArg::U32(argv.len() as u32), KernelArg::Ptr(b.device_ptr())])
+        .map(|b| [KernelArg::U32(argv.len() as u32), KernelArg::Ptr(B::device_ptr(b))])
         .collect();
-    let jobs: Vec<Job<'_, '_>> = (0..devices.len())
-        .map(|i| Job {
-            region: &regions[i],
-            kernel: &kernels[i],
-            launch: &cfg,
-            dispatcher: &dispatchers[i],
-            extra: &args[i],
-        })
-        .collect();
-    finish(&host, &ordinals, launch_many(&jobs))
-}
-
-fn run_hsa(cli: &Cli, config: StdHostConfig, bytes: Vec<u8>) -> Result<u8, String> {
-    use gpu_rpc::hsa::{
-        launch_many, CodeObject, HsaBuffer, HsaDevice, HsaRegion, Job, KernelArg, Launch, MappedBuffer, Module,
-    };
-
-    let e = |e: gpu_rpc::hsa::HsaError| e.to_string();
-    let code = CodeObject::from_bytes(bytes).map_err(e)?;
-    let ordinals = ordinals(cli, HsaDevice::count)?;
-    let devices = ordinals
-        .iter()
-        .map(|&o| HsaDevice::new(o))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(e)?;
-    let modules = devices
-        .iter()
-        .map(|d| Module::load(d, &code))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(e)?;
-    let kernels = modules
-        .iter()
-        .map(|m| m.kernel(&cli.kernel))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(e)?;
-    let mut cfg = Launch {
-        grid: cli.blocks,
-        block: cli.threads,
-        server_threads: cli.server_threads as usize,
-        ..Launch::default()
-    };
-    if let Some(p) = cli.ports {
-        cfg.port_count = p;
-    }
-    let argv = argv(cli);
-    let mut regions = Vec::new();
-    let mut buffers = Vec::new();
-    for dev in &devices {
-        let waves = cfg.wavefronts(dev.wavefront_size());
-        let ports = waves.min(cfg.port_count as u64).clamp(1, 65536) as u32;
-        regions.push(HsaRegion::new(dev, ports).map_err(e)?);
-        // argv in fine-grained memory this agent reads.
-        let mut buf = HsaBuffer::new(dev, argv_bytes(&argv)).map_err(e)?;
-        let base = buf.device_ptr();
-        // SAFETY: the buffer is ours and no kernel runs yet.
-        write_argv(&argv, unsafe { buf.as_mut_slice() }, base);
-        buffers.push(buf);
-    }
-    let (host, dispatchers) = std_services(cli, config, devices.len())?;
-    let args: Vec<[KernelArg; 2]> = buffers
-        .iter()
-        .map(|b| [KernelArg::U32(argv.len() as u32), KernelArg::Ptr(b.device_ptr())])
-        .collect();
-    let jobs: Vec<Job<'_, '_>> = (0..devices.len())
-        .map(|i| Job {
-            region: &regions[i],
-            kernel: &kernels[i],
-            launch: &cfg,
-            dispatcher: &dispatchers[i],
-            extra: &args[i],
-        })
-        .collect();
-    finish(&host, &ordinals, launch_many(&jobs))
+    let jobs = backend::jobs(&regions, &kernels, &cfg, &dispatchers, &args);
+    finish(&host, &ordinals, B::launch_many(&jobs))
 }
 
 #[cfg(test)]
