@@ -179,7 +179,7 @@ mod serve_call;
 mod server_call;
 
 pub use dispatcher::Dispatcher;
-pub use idle::{Backoff, Idle, IdlePolicy, Wait, OTHERS_SLEEP_FACTOR};
+pub use idle::{Idle, IdleBackoff, IdlePolicy, Wait, OTHERS_SLEEP_FACTOR};
 pub use pool::{serve_pool, Served};
 pub(crate) use server_call::panic_message;
 pub use server_call::{clip_message, iter_lanes, LaneError, ServerCall, MAX_MESSAGE_BYTES};

@@ -306,7 +306,7 @@ impl Module {
         if let Some(cpu) = code.processor() {
             if !agent_cpu.is_empty() && cpu != agent_cpu {
                 return Err(HsaError::WrongGpu {
-                    index: device.index(),
+                    index: device.ordinal(),
                     code_object: cpu.to_string(),
                     device: agent_cpu.to_string(),
                 });
@@ -387,7 +387,7 @@ impl Module {
     /// # use rpc_runtime as gpu_rpc;
     /// # let dev = gpu_rpc::hsa::HsaDevice::new(0)?;
     /// # let module = gpu_rpc::hsa::Module::from_file(&dev, "kernels.hsaco")?;
-    /// assert_eq!(module.device().index(), 0);
+    /// assert_eq!(module.device().ordinal(), 0);
     /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn device(&self) -> &HsaDevice {

@@ -142,14 +142,15 @@ impl HsaDevice {
         Ok(gpu_agents(api()?)?.0.len())
     }
 
-    /// The index this device was opened with.
+    /// The ordinal this device was opened with (its index among the GPU
+    /// agents; named as the CUDA backend's `CudaDevice::ordinal` is).
     ///
     /// ```no_run
     /// # use rpc_runtime as gpu_rpc;
-    /// assert_eq!(gpu_rpc::hsa::HsaDevice::new(0)?.index(), 0);
+    /// assert_eq!(gpu_rpc::hsa::HsaDevice::new(0)?.ordinal(), 0);
     /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
-    pub fn index(&self) -> usize {
+    pub fn ordinal(&self) -> usize {
         self.inner.index
     }
 

@@ -305,7 +305,7 @@ impl HsaRegion {
     /// # use rpc_runtime as gpu_rpc;
     /// # let dev = gpu_rpc::hsa::HsaDevice::new(0)?;
     /// let region = gpu_rpc::hsa::HsaRegion::new(&dev, 8)?;
-    /// assert_eq!(region.device().index(), 0);
+    /// assert_eq!(region.device().ordinal(), 0);
     /// # Ok::<(), gpu_rpc::hsa::HsaError>(())
     /// ```
     pub fn device(&self) -> &HsaDevice {

@@ -438,9 +438,9 @@ fn check_job(job: &Job<'_, '_>) -> Result<(), HsaError> {
     if !job.region.device().same_agent(job.kernel.module.device()) {
         return Err(HsaError::config(format!(
             "the region is on GPU agent {} but kernel `{}` is loaded on agent {}",
-            job.region.device().index(),
+            job.region.device().ordinal(),
             job.kernel.name,
-            job.kernel.module.device().index()
+            job.kernel.module.device().ordinal()
         )));
     }
     // A call an earlier launch abandoned keeps its port: this launch's

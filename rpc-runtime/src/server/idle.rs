@@ -1,6 +1,6 @@
 //! How a server thread waits when a pass over its ports finds no call: the
 //! idle policy ([`IdlePolicy`]), what the threads of one pool share while
-//! idle ([`Idle`]), and one thread's back-off ([`Backoff`]).
+//! idle ([`Idle`]), and one thread's back-off ([`IdleBackoff`]).
 //!
 //! A GPU cannot interrupt the host: a server learns of a call only by
 //! reading the port's mailbox. So the trade-off is between latency and a
@@ -172,7 +172,7 @@ impl Idle {
 /// One server thread's idle state: when it last served a call and how long
 /// it sleeps next.
 #[derive(Debug)]
-pub struct Backoff {
+pub struct IdleBackoff {
     last_work: Instant,
     next_sleep: Duration,
     longest: Duration,
@@ -187,28 +187,28 @@ pub enum Wait {
     Sleep(Duration),
 }
 
-impl Backoff {
+impl IdleBackoff {
     /// Thread `thread` of a pool under `policy`, starting now.
     ///
     /// ```
     /// # use rpc_runtime as gpu_rpc;
     /// use std::time::{Duration, Instant};
-    /// use gpu_rpc::server::{Backoff, IdlePolicy, Wait};
+    /// use gpu_rpc::server::{IdleBackoff, IdlePolicy, Wait};
     /// let p = IdlePolicy::default();
     /// let t0 = Instant::now();
-    /// let mut b = Backoff::new(&p, 0, t0);
+    /// let mut b = IdleBackoff::new(&p, 0, t0);
     /// assert_eq!(b.after_empty_pass(&p, t0 + Duration::from_micros(10)), Wait::Spin);
     /// let later = t0 + Duration::from_millis(5);
     /// assert_eq!(b.after_empty_pass(&p, later), Wait::Sleep(Duration::from_micros(50)));
     /// assert_eq!(b.after_empty_pass(&p, later), Wait::Sleep(Duration::from_micros(100)));
     /// ```
-    pub fn new(policy: &IdlePolicy, thread: u32, now: Instant) -> Backoff {
+    pub fn new(policy: &IdlePolicy, thread: u32, now: Instant) -> IdleBackoff {
         let longest = if thread == 0 {
             policy.max_sleep
         } else {
             policy.max_sleep.saturating_mul(OTHERS_SLEEP_FACTOR)
         };
-        Backoff {
+        IdleBackoff {
             last_work: now,
             next_sleep: policy.first_sleep.min(longest),
             longest,
@@ -234,7 +234,7 @@ impl Backoff {
 
 /// The idle step of a server loop: after a pass that served `served` calls,
 /// ring the bell or wait as the policy says.
-pub(super) fn after_pass(idle: &Idle, backoff: &mut Backoff, served: usize) {
+pub(super) fn after_pass(idle: &Idle, backoff: &mut IdleBackoff, served: usize) {
     let policy = &idle.policy;
     if policy.spin == Duration::MAX {
         // Never sleeps: no clock reads.
@@ -280,7 +280,7 @@ mod tests {
         let t0 = Instant::now();
         let late = t0 + Duration::from_millis(1);
         let sleeps = |thread| {
-            let mut b = Backoff::new(&p, thread, t0);
+            let mut b = IdleBackoff::new(&p, thread, t0);
             (0..6)
                 .map(|_| match b.after_empty_pass(&p, late) {
                     Wait::Sleep(d) => d.as_micros(),
@@ -290,7 +290,7 @@ mod tests {
         };
         assert_eq!(sleeps(0), [100, 200, 400, 400, 400, 400]);
         assert_eq!(sleeps(1), [100, 200, 400, 800, 1600, 3200]);
-        let mut b = Backoff::new(&p, 0, t0);
+        let mut b = IdleBackoff::new(&p, 0, t0);
         assert!(matches!(b.after_empty_pass(&p, late), Wait::Sleep(_)));
         b.served(&p, late);
         assert_eq!(b.after_empty_pass(&p, late + Duration::from_micros(50)), Wait::Spin);
