@@ -5,7 +5,7 @@
 //! read, so they are kept together (a third of the file is this
 //! documentation and its examples). Whatever is not the protocol itself
 //! lives elsewhere: warp operations in `lanes.rs`, atomics in `sync.rs`, the
-//! call frame in `call.rs`.
+//! call frame in `call/`.
 //!
 //! # Memory
 //!

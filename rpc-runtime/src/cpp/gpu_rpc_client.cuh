@@ -1,6 +1,6 @@
 // gpu_rpc_client.cuh: the device side of gpu_rpc in CUDA C++. The same port
 // protocol (rpc-runtime/src/protocol.rs), lane rules (lanes.rs) and call frame
-// (call.rs) as the Rust client stubs, so one host server serves C++ and Rust
+// (call/mod.rs) as the Rust client stubs, so one host server serves C++ and Rust
 // kernels alike. Every step below mirrors a Rust function of the same name;
 // the invariant, the lane rules and the frame layout are stated there, once.
 //
@@ -42,7 +42,7 @@ typedef unsigned long long u64;
 static_assert(sizeof(u16) == 2 && sizeof(u32) == 4 && sizeof(u64) == 8 && sizeof(void*) == 8,
               "gpu_rpc: a 64-bit NVPTX target");
 
-// protocol.rs: BUFFER_BYTES, BUFFER_WORDS; call.rs: FIRST_PAYLOAD.
+// protocol.rs: BUFFER_BYTES, BUFFER_WORDS; call/mod.rs: FIRST_PAYLOAD.
 constexpr u32 BUFFER_BYTES = 64;
 constexpr u32 BUFFER_WORDS = 8;
 constexpr u32 FIRST_PAYLOAD = BUFFER_BYTES - 8;
@@ -62,7 +62,7 @@ struct ClientDesc {
 };
 static_assert(sizeof(ClientDesc) == 24 && alignof(ClientDesc) == 8, "ClientDesc is 24 bytes");
 
-// call.rs `Status`.
+// call/mod.rs `Status`.
 enum Status : u32 {
   STATUS_OK = 0,
   STATUS_UNKNOWN_OPCODE = 1,
@@ -498,8 +498,8 @@ struct MutSlice {
   u64 len;
 };
 
-// ---- call.rs: the call frame -----------------------------------------------
-// call.rs `CallDesc`, as the generated client needs it.
+// ---- call/mod.rs: the call frame -------------------------------------------
+// call/mod.rs `CallDesc`, as the generated client needs it.
 struct CallInfo {
   u32 opcode;
   u32 signature;
@@ -508,12 +508,12 @@ struct CallInfo {
   u32 ret_len;
 };
 
-// call.rs `spill_packets`.
+// call/mod.rs `spill_packets`.
 __device__ __forceinline__ u64 spill_packets(u64 len) {
   return len > FIRST_PAYLOAD ? (len - FIRST_PAYLOAD + BUFFER_BYTES - 1) / BUFFER_BYTES : 0;
 }
 
-// call.rs `fill_block`: packet `i`'s share of `block` into `b`.
+// call/mod.rs `fill_block`: packet `i`'s share of `block` into `b`.
 __device__ __forceinline__ void fill_block(u64 i, const u8* block, u64 len, u64* b) {
   u64 start = i == 0 ? 0 : FIRST_PAYLOAD + (i - 1) * BUFFER_BYTES;
   u64 room = i == 0 ? FIRST_PAYLOAD : BUFFER_BYTES;
@@ -521,7 +521,7 @@ __device__ __forceinline__ void fill_block(u64 i, const u8* block, u64 len, u64*
   if (start < len) copy_bytes(dst, block + start, (len - start) < room ? (len - start) : room);
 }
 
-// call.rs `read_block`: the inverse.
+// call/mod.rs `read_block`: the inverse.
 __device__ __forceinline__ void read_block(u64 i, const u64* b, u8* block, u64 len) {
   u64 start = i == 0 ? 0 : FIRST_PAYLOAD + (i - 1) * BUFFER_BYTES;
   u64 room = i == 0 ? FIRST_PAYLOAD : BUFFER_BYTES;
@@ -529,15 +529,15 @@ __device__ __forceinline__ void read_block(u64 i, const u64* b, u8* block, u64 l
   if (start < len) copy_bytes(block + start, src, (len - start) < room ? (len - start) : room);
 }
 
-// call.rs `put_len`: length word `k` of an argument block.
+// `__private::put_len` (src/lib.rs): length word `k` of an argument block.
 __device__ __forceinline__ void put_len(u8* block, u32 k, u64 len) { Wire<u64>::encode(len, block + 8 * k); }
 
-// A call in progress (call.rs `ClientCall` and `ClientReply`).
+// A call in progress (call/client.rs `ClientCall` and `ClientReply`).
 struct Call {
   Port port;
   CallResult result;
 
-  // call.rs `Client::begin`: open a port for the call and send the frame.
+  // call/client.rs `Client::begin`: open a port for the call and send the frame.
   __device__ static Call begin(Client& client, const CallInfo& info, const u8* block) {
     Call c;
     c.port = client.open(info.opcode, ((u64)info.opcode << 32) | info.signature, lanes::warp_hint());
@@ -557,7 +557,7 @@ struct Call {
     return c;
   }
 
-  // call.rs `ClientCall::stream`: this lane's elements, densely packed;
+  // call/client.rs `ClientCall::stream`: this lane's elements, densely packed;
   // the group loops until every lane is done (lane rule 2).
   template <class T>
   __device__ void stream(const T* items, u64 count) {
@@ -588,10 +588,10 @@ struct Call {
 
   __device__ void stream_str(const Str& s) { stream((const u8*)s.ptr, s.len); }
 
-  // call.rs `ClientCall::finish_async`.
+  // call/client.rs `ClientCall::finish_async`.
   __device__ void finish_async() { port.close(); }
 
-  // call.rs `ClientCall::reply`: this lane's status and return value.
+  // call/client.rs `ClientCall::reply`: this lane's status and return value.
   __device__ void reply(u8* ret, u32 ret_len) {
     u64 b[BUFFER_WORDS];
     u32 first = ret_len < FIRST_PAYLOAD ? ret_len : FIRST_PAYLOAD;
@@ -609,7 +609,7 @@ struct Call {
     }
   }
 
-  // call.rs `ClientReply::out`: whole elements per packet; only lanes whose
+  // call/client.rs `ClientReply::out`: whole elements per packet; only lanes whose
   // call succeeded receive.
   template <class T>
   __device__ void out(T* items, u64 count) {

@@ -1,4 +1,4 @@
-//! The server's half of the call frame (the client's is `call.rs`): decode
+//! The server's half of the call frame (the client's is `call/client.rs`): decode
 //! a frame and its streams from every lane of a port, run the call, send the
 //! statuses, return values and out-buffers; and the per-thread scratch
 //! buffers that keep this allocation-free in the steady state.

@@ -1,0 +1,337 @@
+//! The client's half of the call frame (the server's is
+//! `server/serve_call.rs`): open a port for a call, send the frame (with a
+//! short stream inline when it fits), stream the inputs, wait for the reply,
+//! take the out-buffers, close; and what a failed call does on the device.
+
+use super::*;
+use crate::lanes;
+use crate::protocol::{Client, ClientSide, Port, Received, Sent};
+
+/// A call in progress on the client, after its frame was sent. Generated
+/// stubs drive it: [`stream`](Self::stream) each input, then
+/// [`reply`](Self::reply) (or [`finish_async`](Self::finish_async)),
+/// [`ClientReply::out`] each out-buffer and [`ClientReply::close`].
+#[must_use = "a call must be finished with `close()` or `finish_async()`"]
+pub struct ClientCall<'p, 'a> {
+    port: Port<'p, 'a, ClientSide, Sent>,
+    desc: &'static CallDesc,
+    /// The streams went inline with the frame.
+    inlined: bool,
+}
+
+/// A call after its reply arrived.
+#[must_use = "a call must be finished with `close()`"]
+pub struct ClientReply<'p, 'a> {
+    port: Port<'p, 'a, ClientSide, Received>,
+    status: Status,
+    detail: u32,
+    desc: &'static CallDesc,
+}
+
+impl<'a> Client<'a> {
+    /// Run `f`, which makes the call `desc` (from [`begin`](Self::begin) to
+    /// `close`), such that the lanes running it together all make this call
+    /// on this client: [`lanes::split_by`] keyed by [`CallDesc::group_key`]
+    /// and by [`Client::id`]. Generated stubs wrap every call in it; needed
+    /// on AMDGCN, free elsewhere.
+    #[inline(always)]
+    pub fn call<R>(&self, desc: &'static CallDesc, mut f: impl FnMut() -> R) -> R {
+        let id = self.id();
+        lanes::split_by(desc.group_key(), || lanes::split_by(id, &mut f))
+    }
+
+    /// Start the call `desc`: open a port for its opcode (grouping this lane
+    /// with the active lanes making the same call) and send the frame with
+    /// `block` (this lane's argument block, `desc.block_len()` bytes).
+    #[inline]
+    pub fn begin<'p>(&'p self, desc: &'static CallDesc, block: &[u8]) -> ClientCall<'p, 'a> {
+        debug_assert_eq!(block.len(), desc.block_len());
+        let word = desc.frame_word().pack();
+        let words = 1 + block.len().min(FIRST_PAYLOAD).div_ceil(8);
+        let port = self.open_keyed(desc.opcode, desc.group_key(), lanes::warp_hint());
+        let port = port.send_words(words, |b| {
+            b.data[0] = word;
+            fill_block(0, block, b);
+        });
+        let port = port.send_packets(spill_packets(block.len()), |i, b| fill_block(i + 1, block, b));
+        ClientCall {
+            port,
+            desc,
+            inlined: false,
+        }
+    }
+
+    /// [`begin`](Self::begin) for a method with one streamed input, given
+    /// this lane's `items`: when every lane of the group has items that fit
+    /// in packet 0 after the block (a ballot decides, so the group agrees),
+    /// they go inline with the frame, one packet in all, and the
+    /// [`stream`](ClientCall::stream) call that follows sends nothing.
+    /// Otherwise the same as `begin`. (Methods with several streams use
+    /// `begin`: every inlined copy of this costs the kernel stack.)
+    #[inline]
+    pub fn begin_inline<'p, T: Wire>(
+        &'p self,
+        desc: &'static CallDesc,
+        block: &[u8],
+        items: &[T],
+    ) -> ClientCall<'p, 'a> {
+        debug_assert_eq!(block.len(), desc.block_len());
+        let port = self.open_keyed(desc.opcode, desc.group_key(), lanes::warp_hint());
+        let len = items.len() * T::SIZE;
+        let end = inline_next(inline_start(block.len()), len.min(FIRST_PAYLOAD));
+        let fits = len <= FIRST_PAYLOAD && end <= FIRST_PAYLOAD;
+        // Every lane of the group must agree: if one does not fit, all send
+        // their streams in packets. (One send either way: each inlined copy
+        // of a send costs the kernel a packet buffer of stack.)
+        let inline = lanes::ballot(port.lane_mask(), !fits) == 0;
+        let word = FrameWord {
+            inline_streams: inline,
+            ..desc.frame_word()
+        }
+        .pack();
+        let words = if inline {
+            1 + end.div_ceil(8)
+        } else {
+            1 + block.len().min(FIRST_PAYLOAD).div_ceil(8)
+        };
+        let port = port.send_words(words, |b| {
+            b.data[0] = word;
+            fill_block(0, block, b);
+            if inline {
+                put_inline(items, inline_start(block.len()), b);
+            }
+        });
+        let spill = if inline { 0 } else { spill_packets(block.len()) };
+        let port = port.send_packets(spill, |i, b| fill_block(i + 1, block, b));
+        ClientCall {
+            port,
+            desc,
+            inlined: inline,
+        }
+    }
+
+    /// Make the runtime's no-op call (opcode [`NOOP`](crate::protocol::opcodes::NOOP))
+    /// with one `u64` in and out: the host answers `x + 1`. The null round
+    /// trip of the benchmarks.
+    #[inline]
+    pub fn noop(&self, x: u64) -> Result<u64, CallError> {
+        self.call(&NOOP_DESC, || {
+            let call = self.begin(&NOOP_DESC, &Block(x.to_le_bytes()));
+            let mut ret = Block([0u8; 8]);
+            let reply = call.reply(&mut ret);
+            let r = reply.result().map(|()| u64::from_le_bytes(ret.0));
+            reply.close();
+            r
+        })
+    }
+}
+
+impl<'p, 'a> ClientCall<'p, 'a> {
+    /// Stream this lane's `items` (after the frame, in argument order).
+    #[inline]
+    pub fn stream<T: Wire>(self, items: &[T]) -> Self {
+        if self.inlined {
+            return self;
+        }
+        let bytes = (items.len() * T::SIZE) as u64;
+        let raw = T::slice_as_bytes(items);
+        let port = self.port.send_packets(stream_packets(bytes), |i, b| {
+            let start = i as usize * BUFFER_BYTES;
+            let end = (start + BUFFER_BYTES).min(bytes as usize);
+            // `get`: `start < end <= bytes` whenever `fill` runs, but the
+            // compiler cannot see it, and a panic branch here would put a
+            // cycle (panic handler -> report -> stream -> panic) in the call
+            // graph of every kernel, which costs ptxas's worst-case registers.
+            match raw {
+                Some(r) => {
+                    if let Some(src) = r.get(start..end) {
+                        copy_into_words(src, &mut b.data)
+                    }
+                }
+                None => {
+                    if let Some(dst) = b.bytes_mut().get_mut(..end - start) {
+                        encode_range(items, start, dst)
+                    }
+                }
+            }
+        });
+        ClientCall {
+            port,
+            desc: self.desc,
+            inlined: false,
+        }
+    }
+
+    /// Finish a fire-and-forget call without waiting for the host.
+    #[inline]
+    pub fn finish_async(self) {
+        self.port.close()
+    }
+
+    /// Wait for the reply: this lane's status, and the encoded return value in
+    /// `ret` (`desc.ret_bytes` bytes).
+    #[inline]
+    pub fn reply(self, ret: &mut [u8]) -> ClientReply<'p, 'a> {
+        let mut word = 0u64;
+        let words = 1 + ret.len().min(FIRST_PAYLOAD).div_ceil(8);
+        let port = self.port.recv_words(words, |b| {
+            word = b.data[0];
+            read_block(0, b, ret);
+        });
+        // A call the server refused as a whole (it could not trust or did not
+        // know the frame) is answered with packet 0 only.
+        let refused = matches!(
+            Status::from_u32(word as u32),
+            Status::UnknownOpcode | Status::SignatureMismatch | Status::BadFrame | Status::InvalidLaneMask
+        );
+        let spill = if refused { 0 } else { spill_packets(ret.len()) };
+        let port = port.recv_packets(spill, |i, b| read_block(i + 1, b, ret));
+        ClientReply {
+            port,
+            status: Status::from_u32(word as u32),
+            detail: (word >> 32) as u32,
+            desc: self.desc,
+        }
+    }
+}
+
+/// Write `items`, encoded, at byte `at` of packet 0's payload (`at` a
+/// multiple of 8, from [`inline_start`]/[`inline_next`]).
+#[inline(always)]
+fn put_inline<T: Wire>(items: &[T], at: usize, b: &mut Buffer) {
+    match T::slice_as_bytes(items) {
+        Some(raw) => {
+            if let Some(dst) = b.data.get_mut(1 + at / 8..) {
+                copy_into_words(raw, dst)
+            }
+        }
+        None => {
+            let len = items.len() * T::SIZE;
+            if let Some(dst) = b.bytes_mut().get_mut(8 + at..8 + at + len) {
+                encode_range(items, 0, dst)
+            }
+        }
+    }
+}
+
+/// Encode the bytes `[start, start + dst.len())` of the dense encoding of
+/// `items` into `dst` (elements may straddle packets).
+#[inline(always)]
+fn encode_range<T: Wire>(items: &[T], start: usize, dst: &mut [u8]) {
+    let size = T::SIZE;
+    let end = start + dst.len();
+    let mut e = start / size;
+    let mut tmp = [0u8; 256];
+    while e * size < end && e < items.len() {
+        let es = e * size;
+        if size <= tmp.len() {
+            items[e].encode(&mut tmp[..size]);
+            let from = start.max(es);
+            let to = end.min(es + size);
+            dst[from - start..to - start].copy_from_slice(&tmp[from - es..to - es]);
+        }
+        e += 1;
+    }
+}
+
+impl<'p, 'a> ClientReply<'p, 'a> {
+    /// This lane's status.
+    pub fn status(&self) -> Status {
+        self.status
+    }
+
+    /// `Ok(())` or this lane's error.
+    pub fn result(&self) -> Result<(), CallError> {
+        match self.status {
+            Status::Ok => Ok(()),
+            status => Err(CallError {
+                status,
+                detail: self.detail,
+                desc: self.desc,
+            }),
+        }
+    }
+
+    /// Receive the next out-buffer into `out` (only lanes whose call succeeded
+    /// receive; the others keep their buffer unchanged).
+    #[inline]
+    pub fn out<T: Wire>(self, out: &mut [T]) -> Self {
+        let ok = self.status == Status::Ok;
+        let size = T::SIZE;
+        let per = BUFFER_BYTES / size;
+        let packets = if ok {
+            out_packets(out.len() as u64, size as u32)
+        } else {
+            0
+        };
+        let ClientReply {
+            port,
+            status,
+            detail,
+            desc,
+        } = self;
+        let port = match T::slice_as_bytes_mut(out) {
+            Some(raw) => port.recv_packets(packets, |i, b| {
+                let start = i as usize * BUFFER_BYTES;
+                let n = (raw.len() - start).min(BUFFER_BYTES);
+                if let Some(dst) = raw.get_mut(start..start + n) {
+                    copy_from_words(&b.data, dst);
+                }
+            }),
+            None => port.recv_packets(packets, |i, b| {
+                let first = i as usize * per;
+                for (k, slot) in out.iter_mut().skip(first).take(per).enumerate() {
+                    if let Ok(v) = T::decode(&b.bytes()[k * size..(k + 1) * size]) {
+                        *slot = v;
+                    }
+                }
+            }),
+        };
+        ClientReply {
+            port,
+            status,
+            detail,
+            desc,
+        }
+    }
+
+    /// Close the port.
+    #[inline]
+    pub fn close(self) {
+        self.port.close()
+    }
+}
+
+/// Called by generated stubs when a call fails and the caller used the
+/// panicking form: panics at the caller's location (the stubs are
+/// `#[track_caller]`). On the host the message is the error's `Display`
+/// (service, method, opcode, status). On a GPU it is a literal naming the
+/// status, so that a panic handler without `core::fmt` (the standard one)
+/// reports it whole; the caller's file and line name the call.
+#[cold]
+#[inline(never)]
+#[track_caller]
+pub fn fail(err: CallError) -> ! {
+    #[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
+    panic!("{}", err);
+    #[cfg(any(target_arch = "nvptx64", target_arch = "amdgpu"))]
+    match err.status {
+        Status::Ok => panic!("gpu_rpc: call failed with status ok"),
+        Status::UnknownOpcode => panic!("gpu_rpc: call failed: unknown opcode: no service on the host handles it"),
+        Status::SignatureMismatch => {
+            panic!("gpu_rpc: call failed: signature mismatch: host and kernel were built from different definitions")
+        }
+        Status::HandlerPanicked => panic!("gpu_rpc: call failed: the host implementation panicked"),
+        Status::InvalidArgument => panic!("gpu_rpc: call failed: invalid argument"),
+        Status::TooLarge => panic!("gpu_rpc: call failed: argument over the server's size limit"),
+        Status::BadFrame => panic!("gpu_rpc: call failed: malformed call frame"),
+        Status::InvalidLaneMask => panic!("gpu_rpc: call failed: invalid lane mask"),
+        Status::Unknown => panic!("gpu_rpc: call failed: unknown status"),
+    }
+}
+
+/// End this lane after a `-> !` method returned from the host.
+#[inline(always)]
+pub fn halt() -> ! {
+    lanes::halt()
+}
