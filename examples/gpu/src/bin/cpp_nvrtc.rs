@@ -56,11 +56,12 @@ fn compile(
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join(header_name), header)?;
     let (major, minor) = ctx.compute_capability()?;
-    let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
+    // The architecture as a plain option (`CompileOptions::arch` wants a
+    // `&'static str`, which a computed name is not).
+    let arch = format!("sm_{major}{minor}");
     let opts = CompileOptions {
-        arch: Some(arch),
         include_paths: vec![dir.display().to_string()],
-        options: vec!["-std=c++17".into()],
+        options: vec![format!("--gpu-architecture={arch}"), "-std=c++17".into()],
         ..Default::default()
     };
     let t = std::time::Instant::now();
