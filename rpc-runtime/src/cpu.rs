@@ -414,6 +414,33 @@ mod tests {
         }
     }
 
+    /// Calls that come after silences longer than the idle policy's spin
+    /// meet sleeping server threads (the first one's sleeps grow to the
+    /// cap, the other's longer): each is still served, with the right
+    /// result, and the run ends.
+    #[test]
+    fn calls_after_silences_wake_the_sleeping_servers() {
+        let d = Dispatcher::new(ServerConfig {
+            idle: crate::server::IdlePolicy {
+                spin: std::time::Duration::from_micros(100),
+                first_sleep: std::time::Duration::from_micros(50),
+                max_sleep: std::time::Duration::from_millis(2),
+            },
+            ..ServerConfig::default()
+        });
+        let report = run(&launch(3, 2), &d, |c, t| {
+            let mut x = t.id as u64 * 100;
+            for i in 0..4u64 {
+                // Past the spin and several sleeps of both server threads.
+                std::thread::sleep(std::time::Duration::from_millis(15 + 5 * i));
+                x = c.noop(x).expect("served after a silence");
+            }
+            assert_eq!(x, t.id as u64 * 100 + 4);
+        })
+        .expect("run");
+        assert_eq!((report.calls, report.errors), (12, 0));
+    }
+
     #[test]
     fn server_threads_that_cannot_start_are_an_error_not_a_hang() {
         let d = Dispatcher::new(ServerConfig::default());
