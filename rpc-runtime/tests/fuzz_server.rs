@@ -716,11 +716,7 @@ fn whole_status(p: &Plan) -> Option<Status> {
     let word = p.words[first];
     let f = FrameWord::unpack(word);
     let bad_inline = f.inline_streams && (f.in_streams == 0 || f.block_len() > call::FIRST_PAYLOAD);
-    if f.version != FRAME_VERSION
-        || f.pack() != word
-        || bad_inline
-        || iter_lanes(p.lanes).any(|l| p.words[l as usize] != word)
-    {
+    if f.version != FRAME_VERSION || bad_inline || iter_lanes(p.lanes).any(|l| p.words[l as usize] != word) {
         return Some(Status::BadFrame);
     }
     None

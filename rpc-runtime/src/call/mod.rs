@@ -258,7 +258,8 @@ impl CallDesc {
 ///
 /// Bits: `0..32` signature, `32..48` argument bytes, `48..51` streamed inputs,
 /// `51..54` out-buffers, `54` reply expected, `55` streams inline, `56..64`
-/// version.
+/// version. Every bit has a meaning (no word has reserved bits set):
+/// `unpack` then `pack` gives any word back.
 ///
 /// ```
 /// # use rpc_runtime as gpu_rpc;
@@ -273,6 +274,9 @@ impl CallDesc {
 ///     signature: 0xabcd,
 /// };
 /// assert_eq!(FrameWord::unpack(w.pack()), w);
+/// for word in [0, u64::MAX, 0x0140_0008_2814_a582] {
+///     assert_eq!(FrameWord::unpack(word).pack(), word);
+/// }
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameWord {

@@ -47,11 +47,6 @@ impl Dispatcher {
                     frame.version
                 ),
             ))
-        } else if frame.pack() != word {
-            Some((
-                Status::BadFrame,
-                format!("reserved bits set in frame word {word:#018x}"),
-            ))
         } else if frame.inline_streams && (frame.in_streams == 0 || frame.block_len() > call::FIRST_PAYLOAD) {
             Some((
                 Status::BadFrame,
@@ -184,19 +179,20 @@ impl Dispatcher {
         // limit, then the call's lanes, in order, against its budget.
         let limit = self.config.max_stream_bytes;
         let budget = self.config.max_call_bytes;
-        // Answer `lane` TooLarge (about argument `what`) and log why.
-        let too_large = |lane: u32, what: u32, message: String, status: &mut [Status], detail: &mut [u32]| {
-            status[lane as usize] = Status::TooLarge;
-            detail[lane as usize] = what;
-            self.record(ServerError {
-                opcode,
-                method: method_name,
-                port: index,
-                lane: Some(lane),
-                status: Status::TooLarge,
-                message,
-            });
-        };
+        // Answer `lane` with `refusal` (about argument `what`) and log why.
+        let refuse =
+            |lane: u32, refusal: Status, what: u32, message: String, status: &mut [Status], detail: &mut [u32]| {
+                status[lane as usize] = refusal;
+                detail[lane as usize] = what;
+                self.record(ServerError {
+                    opcode,
+                    method: method_name,
+                    port: index,
+                    lane: Some(lane),
+                    status: refusal,
+                    message,
+                });
+            };
         let mut committed = 0u64;
         for lane in iter_lanes(lanes) {
             let l = lane as usize;
@@ -206,7 +202,7 @@ impl Dispatcher {
                 wants = wants.saturating_add(len);
                 if len > limit && status[l] == Status::Ok {
                     let message = format!("streamed argument {i} is {len} bytes, over the limit of {limit}");
-                    too_large(lane, i as u32, message, &mut status, &mut detail);
+                    refuse(lane, Status::TooLarge, i as u32, message, &mut status, &mut detail);
                 }
             }
             if let (true, Some(d)) = (accepted, desc) {
@@ -217,7 +213,14 @@ impl Dispatcher {
                     if bytes > limit && status[l] == Status::Ok {
                         let message =
                             format!("out-buffer {j} of {count} elements is {bytes} bytes, over the limit of {limit}");
-                        too_large(lane, (n_in + j) as u32, message, &mut status, &mut detail);
+                        refuse(
+                            lane,
+                            Status::TooLarge,
+                            (n_in + j) as u32,
+                            message,
+                            &mut status,
+                            &mut detail,
+                        );
                     }
                 }
             }
@@ -227,7 +230,7 @@ impl Dispatcher {
                         "the lane's streams and out-buffers ({wants} bytes) would take the call past \
                          its budget of {budget} bytes (max_call_bytes; {committed} taken by earlier lanes)"
                     );
-                    too_large(lane, u32::MAX, message, &mut status, &mut detail);
+                    refuse(lane, Status::TooLarge, u32::MAX, message, &mut status, &mut detail);
                 } else {
                     committed += wants;
                 }
@@ -248,8 +251,8 @@ impl Dispatcher {
         }
         if frame.inline_streams {
             // Packet 0 is still the port's packet (the frame check above
-            // rules out spill packets): each lane's streams follow its block.
-            let mut overrun = [None; MAX_LANES as usize];
+            // rules out spill packets): each lane's streams follow its block,
+            // and a lane whose lengths run past the packet is refused.
             port.reread(BUFFER_BYTES / 8, |lane, b| {
                 let l = lane as usize;
                 if status[l] != Status::Ok {
@@ -260,7 +263,18 @@ impl Dispatcher {
                     let len = lens(lane, i);
                     let end = (at as u64).saturating_add(len);
                     if end > call::FIRST_PAYLOAD as u64 {
-                        overrun[l] = Some((i, end));
+                        let message = format!(
+                            "inline streamed argument {i} ends at byte {end} of packet 0's payload, which holds {}",
+                            call::FIRST_PAYLOAD
+                        );
+                        refuse(
+                            lane,
+                            Status::InvalidArgument,
+                            i as u32,
+                            message,
+                            &mut status,
+                            &mut detail,
+                        );
                         return;
                     }
                     if let Some(s) = streams[l].get_mut(i) {
@@ -269,47 +283,31 @@ impl Dispatcher {
                     at = call::inline_next(at, len as usize);
                 }
             });
-            for lane in iter_lanes(lanes) {
-                if let Some((i, end)) = overrun[lane as usize] {
-                    status[lane as usize] = Status::InvalidArgument;
-                    detail[lane as usize] = i as u32;
-                    self.record(ServerError {
-                        opcode,
-                        method: method_name,
-                        port: index,
-                        lane: Some(lane),
-                        status: Status::InvalidArgument,
-                        message: format!(
-                            "inline streamed argument {i} ends at byte {end} of packet 0's payload, which holds {}",
-                            call::FIRST_PAYLOAD
-                        ),
-                    });
+        } else {
+            for i in 0..n_in {
+                let mut packets = 0u64;
+                for lane in iter_lanes(lanes) {
+                    packets = packets.max(call::stream_packets(lens(lane, i)));
                 }
+                port = port.recv_packets(packets, |lane, _, b| {
+                    let l = lane as usize;
+                    if status[l] != Status::Ok {
+                        return;
+                    }
+                    // `len <= limit` here, and `limit` is a host allocation size.
+                    let want = lens(lane, i) as usize;
+                    let Some(s) = streams[l].get_mut(i) else { return };
+                    let n = want.saturating_sub(s.len()).min(BUFFER_BYTES);
+                    if n == 0 {
+                        return;
+                    }
+                    if s.capacity() - s.len() < n {
+                        let grow = (want - s.len()).min(s.capacity().max(4096));
+                        s.reserve_exact(grow);
+                    }
+                    s.extend_from_slice(&b.bytes()[..n]);
+                })?;
             }
-        }
-        for i in (0..n_in).filter(|_| !frame.inline_streams) {
-            let mut packets = 0u64;
-            for lane in iter_lanes(lanes) {
-                packets = packets.max(call::stream_packets(lens(lane, i)));
-            }
-            port = port.recv_packets(packets, |lane, _, b| {
-                let l = lane as usize;
-                if status[l] != Status::Ok {
-                    return;
-                }
-                // `len <= limit` here, and `limit` is a host allocation size.
-                let want = lens(lane, i) as usize;
-                let Some(s) = streams[l].get_mut(i) else { return };
-                let n = want.saturating_sub(s.len()).min(BUFFER_BYTES);
-                if n == 0 {
-                    return;
-                }
-                if s.capacity() - s.len() < n {
-                    let grow = (want - s.len()).min(s.capacity().max(4096));
-                    s.reserve_exact(grow);
-                }
-                s.extend_from_slice(&b.bytes()[..n]);
-            })?;
         }
 
         // Run the call.
