@@ -43,7 +43,8 @@ pub struct IdlePolicy {
     /// 1 ms). Calls spaced closer than this never meet a sleeping server.
     pub spin: Duration,
     /// The first sleep once the spin is over (default 50 µs); each further
-    /// empty pass doubles it.
+    /// empty pass doubles it. Zero never grows: the thread then polls
+    /// without pause, as with [`NEVER_SLEEP`](Self::NEVER_SLEEP).
     pub first_sleep: Duration,
     /// The longest sleep of the pool's first thread (default 1 ms): about the
     /// most the first call after a long silence waits for the server.
@@ -169,12 +170,15 @@ impl Idle {
     }
 }
 
-/// One server thread's idle state: when it last served a call and how long
-/// it sleeps next.
+/// One server thread's idle state under its pool's policy: when it last
+/// served a call and how long it sleeps next.
 #[derive(Debug)]
 pub struct IdleBackoff {
+    policy: IdlePolicy,
     last_work: Instant,
     next_sleep: Duration,
+    /// `max_sleep`, or `OTHERS_SLEEP_FACTOR` times it for a thread but the
+    /// first.
     longest: Duration,
 }
 
@@ -194,21 +198,21 @@ impl IdleBackoff {
     /// # use rpc_runtime as gpu_rpc;
     /// use std::time::{Duration, Instant};
     /// use gpu_rpc::server::{IdleBackoff, IdlePolicy, Wait};
-    /// let p = IdlePolicy::default();
     /// let t0 = Instant::now();
-    /// let mut b = IdleBackoff::new(&p, 0, t0);
-    /// assert_eq!(b.after_empty_pass(&p, t0 + Duration::from_micros(10)), Wait::Spin);
+    /// let mut b = IdleBackoff::new(IdlePolicy::default(), 0, t0);
+    /// assert_eq!(b.after_empty_pass(t0 + Duration::from_micros(10)), Wait::Spin);
     /// let later = t0 + Duration::from_millis(5);
-    /// assert_eq!(b.after_empty_pass(&p, later), Wait::Sleep(Duration::from_micros(50)));
-    /// assert_eq!(b.after_empty_pass(&p, later), Wait::Sleep(Duration::from_micros(100)));
+    /// assert_eq!(b.after_empty_pass(later), Wait::Sleep(Duration::from_micros(50)));
+    /// assert_eq!(b.after_empty_pass(later), Wait::Sleep(Duration::from_micros(100)));
     /// ```
-    pub fn new(policy: &IdlePolicy, thread: u32, now: Instant) -> IdleBackoff {
+    pub fn new(policy: IdlePolicy, thread: u32, now: Instant) -> IdleBackoff {
         let longest = if thread == 0 {
             policy.max_sleep
         } else {
             policy.max_sleep.saturating_mul(OTHERS_SLEEP_FACTOR)
         };
         IdleBackoff {
+            policy,
             last_work: now,
             next_sleep: policy.first_sleep.min(longest),
             longest,
@@ -216,14 +220,14 @@ impl IdleBackoff {
     }
 
     /// A pass served calls at `now`: spin again from here.
-    pub fn served(&mut self, policy: &IdlePolicy, now: Instant) {
+    pub fn served(&mut self, now: Instant) {
         self.last_work = now;
-        self.next_sleep = policy.first_sleep.min(self.longest);
+        self.next_sleep = self.policy.first_sleep.min(self.longest);
     }
 
     /// A pass found nothing at `now`: what to do before the next one.
-    pub fn after_empty_pass(&mut self, policy: &IdlePolicy, now: Instant) -> Wait {
-        if now.saturating_duration_since(self.last_work) < policy.spin {
+    pub fn after_empty_pass(&mut self, now: Instant) -> Wait {
+        if now.saturating_duration_since(self.last_work) < self.policy.spin {
             return Wait::Spin;
         }
         let d = self.next_sleep;
@@ -235,8 +239,7 @@ impl IdleBackoff {
 /// The idle step of a server loop: after a pass that served `served` calls,
 /// ring the bell or wait as the policy says.
 pub(super) fn after_pass(idle: &Idle, backoff: &mut IdleBackoff, served: usize) {
-    let policy = &idle.policy;
-    if policy.spin == Duration::MAX {
+    if idle.policy.spin == Duration::MAX {
         // Never sleeps: no clock reads.
         if served == 0 {
             spin_once(idle);
@@ -245,11 +248,11 @@ pub(super) fn after_pass(idle: &Idle, backoff: &mut IdleBackoff, served: usize) 
     }
     let now = Instant::now();
     if served > 0 {
-        backoff.served(policy, now);
+        backoff.served(now);
         idle.ring();
         return;
     }
-    match backoff.after_empty_pass(policy, now) {
+    match backoff.after_empty_pass(now) {
         Wait::Spin => spin_once(idle),
         Wait::Sleep(d) if d.is_zero() => spin_once(idle),
         Wait::Sleep(d) => idle.sleep(d),
@@ -280,9 +283,9 @@ mod tests {
         let t0 = Instant::now();
         let late = t0 + Duration::from_millis(1);
         let sleeps = |thread| {
-            let mut b = IdleBackoff::new(&p, thread, t0);
+            let mut b = IdleBackoff::new(p, thread, t0);
             (0..6)
-                .map(|_| match b.after_empty_pass(&p, late) {
+                .map(|_| match b.after_empty_pass(late) {
                     Wait::Sleep(d) => d.as_micros(),
                     Wait::Spin => 0,
                 })
@@ -290,12 +293,12 @@ mod tests {
         };
         assert_eq!(sleeps(0), [100, 200, 400, 400, 400, 400]);
         assert_eq!(sleeps(1), [100, 200, 400, 800, 1600, 3200]);
-        let mut b = IdleBackoff::new(&p, 0, t0);
-        assert!(matches!(b.after_empty_pass(&p, late), Wait::Sleep(_)));
-        b.served(&p, late);
-        assert_eq!(b.after_empty_pass(&p, late + Duration::from_micros(50)), Wait::Spin);
+        let mut b = IdleBackoff::new(p, 0, t0);
+        assert!(matches!(b.after_empty_pass(late), Wait::Sleep(_)));
+        b.served(late);
+        assert_eq!(b.after_empty_pass(late + Duration::from_micros(50)), Wait::Spin);
         assert_eq!(
-            b.after_empty_pass(&p, late + Duration::from_micros(150)),
+            b.after_empty_pass(late + Duration::from_micros(150)),
             Wait::Sleep(Duration::from_micros(100))
         );
     }

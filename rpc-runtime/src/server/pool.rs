@@ -43,7 +43,7 @@ pub fn serve_pool(regions: &[Served<'_, '_>], thread: u32, threads: u32, idle: &
     let threads = threads.max(1);
     let mut outcome: Vec<Option<Result<u64, Abandoned>>> = regions.iter().map(|_| None).collect();
     let mut counts: Vec<u64> = regions.iter().map(|_| 0).collect();
-    let mut backoff = IdleBackoff::new(&idle.policy(), thread, std::time::Instant::now());
+    let mut backoff = IdleBackoff::new(idle.policy(), thread, std::time::Instant::now());
     while outcome.iter().any(Option::is_none) {
         let mut served = 0;
         for ((r, out), count) in regions.iter().zip(outcome.iter_mut()).zip(counts.iter_mut()) {
