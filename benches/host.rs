@@ -22,9 +22,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use gpu_rpc::call::{CallDesc, FrameWord, NOOP_DESC};
+use gpu_rpc::call::{inline_start, CallDesc, FrameWord, NOOP_DESC};
 use gpu_rpc::cpu::{RawDevice, Region};
-use gpu_rpc::protocol::{opcodes, Buffer, Layout};
+use gpu_rpc::protocol::{Buffer, Layout};
 use gpu_rpc::server::{Dispatcher, ServerConfig};
 use gpu_rpc::{gpu_rpc, Status};
 
@@ -108,8 +108,10 @@ impl Workload {
                 }
                 .pack();
                 b.data[1] = LINE.len() as u64;
-                // The text after the 8-byte block.
-                b.bytes_mut()[16..16 + LINE.len()].copy_from_slice(LINE);
+                // The text where the frame puts it: after the 8-byte block
+                // (packet 0's payload starts after the frame word).
+                let at = 8 + inline_start(8);
+                b.bytes_mut()[at..at + LINE.len()].copy_from_slice(LINE);
             }
             _ => {
                 b.data[0] = self.desc().frame_word().pack();
@@ -142,13 +144,6 @@ fn dispatcher(metrics: bool) -> Dispatcher {
     d
 }
 
-fn opcode(w: Workload) -> u32 {
-    match w {
-        Workload::Noop => opcodes::NOOP,
-        _ => w.desc().opcode,
-    }
-}
-
 /// Batch mode: ns per warp-call of one poll over `ports` ports each holding
 /// a call of `lanes` lanes (median, min, max of `reps` polls).
 fn batch(w: Workload, lanes: u32, ports: u32, reps: u32, metrics: bool) -> (f64, f64, f64) {
@@ -163,7 +158,7 @@ fn batch(w: Workload, lanes: u32, ports: u32, reps: u32, metrics: bool) -> (f64,
     for rep in 0..reps as u64 {
         for p in 0..ports {
             let packets: Vec<_> = (0..lanes).map(|l| (l, w.packet(0, l, rep + p as u64))).collect();
-            dev.inject(p, opcode(w), mask, &packets);
+            dev.inject(p, w.desc().opcode, mask, &packets);
         }
         let t = Instant::now();
         let served = d.poll(&server, 0..ports).expect("no abort");
@@ -229,7 +224,7 @@ fn threaded(w: Workload, ports: u32, calls: u64) -> f64 {
                     started += 1;
                 }
                 let packets: Vec<_> = (0..32).map(|l| (l, w.packet(*step, l, *n))).collect();
-                dev.inject(p, opcode(w), u32::MAX as u64, &packets);
+                dev.inject(p, w.desc().opcode, u32::MAX as u64, &packets);
                 *step += 1;
             }
         }

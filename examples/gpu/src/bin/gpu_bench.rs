@@ -426,14 +426,14 @@ fn main() {
         "contention" => contention(&dev, &module),
         "bandwidth" => bandwidth(&dev, &module),
         "tax" => tax(&dev, &module),
-        "idle" => idle(&dev, &module),
+        "idle" => idle(&module),
         "print-rpc" => print_rpc(&module, args.get(2).map(String::as_str).unwrap_or("/tmp/print-rpc.txt")),
         "all" => {
             null(&dev, &module);
             contention(&dev, &module);
             bandwidth(&dev, &module);
             tax(&dev, &module);
-            idle(&dev, &module);
+            idle(&module);
         }
         other => {
             eprintln!(
@@ -514,8 +514,7 @@ fn idle_latencies(module: &Module, policy: IdlePolicy, servers: usize, silence: 
 }
 
 /// Workload 8: the idle policy's trade-off.
-fn idle(dev: &CudaDevice, module: &Module) {
-    let _ = dev;
+fn idle(module: &Module) {
     println!("\nidle: latency of one call (one thread, 2 server threads) after a silence, µs, median [min, max]");
     println!("| policy | back to back | after 1 ms | after 100 ms | after 1 s |");
     println!("|---|---:|---:|---:|---:|");
