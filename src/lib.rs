@@ -92,7 +92,7 @@ pub mod __private {
     #[cfg(feature = "std")]
     pub use std::sync::Arc;
 
-    pub use crate::call::{fail, halt, lengths_bytes, Block, CallDesc, CallError};
+    pub use crate::call::{fail, halt, lengths_bytes, out_len_word, stream_len_word, Block, CallDesc, CallError};
     pub use crate::cpp;
     pub use crate::protocol::Client;
     #[cfg(feature = "std")]
@@ -121,10 +121,11 @@ pub mod __private {
         );
     }
 
-    /// Write length `n` as the `i`-th `u64` of an argument block.
+    /// Write the length word `word` (from [`stream_len_word`] or
+    /// [`out_len_word`]) as the `i`-th `u64` of an argument block.
     #[inline(always)]
-    pub fn put_len(block: &mut [u8], i: usize, n: usize) {
-        block[8 * i..8 * i + 8].copy_from_slice(&(n as u64).to_le_bytes());
+    pub fn put_len(block: &mut [u8], i: usize, word: u64) {
+        block[8 * i..8 * i + 8].copy_from_slice(&word.to_le_bytes());
     }
 
     /// A reply's decoded return value; a value the host should never have

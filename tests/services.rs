@@ -409,6 +409,102 @@ fn one_mebibyte_streams() {
     assert_eq!(report.errors, 0);
 }
 
+/// Slices of [`DIRECT_MIN_BYTES`](gpu_rpc::call::DIRECT_MIN_BYTES) and more
+/// whose elements are laid out as encoded go by address (the server copies
+/// them from the lane's memory and stores out-buffers there), every byte
+/// right, at sizes around the threshold, odd lengths, up to the 64 MiB
+/// limit, and for elements of 1, 2, 4 and 8 bytes; encoded elements
+/// (`Point`, `Wide`, `Pair`) and short slices keep the packets, in the same
+/// calls. Which way a slice went shows in how many packets the client sent
+/// (the parity of its outbox): a direct slice is one packet (its address).
+#[test]
+fn large_slices_go_by_address() {
+    use gpu_rpc::call::DIRECT_MIN_BYTES;
+    let (d, _host) = kinds_dispatcher();
+    let region = Region::new(Layout::new(1, 1).unwrap());
+    let one = Launch {
+        threads: 1,
+        server_threads: 1,
+        port_count: 1,
+        lane_size: 1,
+    };
+    let bytes = |n: usize, salt: u8| -> Vec<u8> {
+        (0..n)
+            .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 11) as u8 ^ salt)
+            .collect()
+    };
+    // (size, packets the client sends for `checksum`: the frame, then the
+    // address or the slice's packets)
+    let t = DIRECT_MIN_BYTES;
+    for (n, packets) in [
+        (t - 1, 1 + (t - 1).div_ceil(64)),
+        (t, 2),
+        (t + 1, 2),
+        (4096 + 7, 2),
+        (65_537, 2),
+        ((1 << 20) + 3, 2),
+        (64 << 20, 2),
+    ] {
+        let data = bytes(n, n as u8);
+        let before = region.server().snapshot(0).client_outbox;
+        let report = run_on(&region, &one, &d, |c, _| {
+            assert_eq!(KindsClient::new(c).checksum(&data), fnv64(&data), "{n} bytes")
+        })
+        .unwrap();
+        assert_eq!(report.errors, 0);
+        let flips = region.server().snapshot(0).client_outbox ^ before;
+        assert_eq!(
+            flips as usize,
+            packets & 1,
+            "{n} bytes: the client sent {packets} packet(s)"
+        );
+    }
+    // Several lanes at once, elements of several sizes, both directions.
+    let report = run(
+        &Launch {
+            threads: 4,
+            server_threads: 2,
+            port_count: 2,
+            lane_size: 1,
+        },
+        &d,
+        |client, th| {
+            let k = KindsClient::new(client);
+            let id = th.id as u64;
+            for n in [0usize, 1, 511, 512, 513, 4099, 100_003] {
+                let v: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(0x9e37_79b9) ^ id as u32).collect();
+                assert_eq!(k.sum_u32(&v), v.iter().map(|&x| x as u64).sum::<u64>(), "{n} u32s");
+                let mut sq = vec![7u64; n];
+                k.squares(&mut sq);
+                assert!(
+                    sq.iter().enumerate().all(|(i, &x)| x == (i as u64) * (i as u64)),
+                    "{n} squares"
+                );
+                let mut block = vec![0u8; 3 * n + 1];
+                assert_eq!(k.read_block(id * 3, &mut block), block.len());
+                assert!(block.iter().enumerate().all(|(i, &b)| b == text_at(id * 3 + i as u64)));
+            }
+            // One call mixing direct and packet slices: a long text and
+            // `u16`s and a long `u8` out-buffer go direct; the `Wide`s and
+            // `Pair`s are encoded element by element.
+            let text: String = (0..5000)
+                .map(|i| (b'a' + (i % 26) as u8 + id as u8 % 3) as char)
+                .collect();
+            let halves: Vec<u16> = (0..3001u32).map(|i| (i * 31 + id as u32) as u16).collect();
+            let wides: Vec<Wide> = (0..40).map(|i| wide(i + id)).collect();
+            let mut out1 = vec![0u8; 9000];
+            let mut out2 = vec![Pair(0, 0); 300];
+            let r = k.mixed(&text, &halves, 3, &mut out1, &wides, &mut out2);
+            let host = Arc::new(KindsHost::default());
+            let (mut e1, mut e2) = (vec![0u8; 9000], vec![Pair(0, 0); 300]);
+            assert_eq!(r, Kinds::mixed(&host, &text, &halves, 3, &mut e1, &wides, &mut e2));
+            assert_eq!((out1, out2), (e1, e2));
+        },
+    )
+    .unwrap();
+    assert_eq!(report.errors, 0);
+}
+
 /// A method's one stream, when it fits in packet 0 after the argument
 /// block, rides with the frame: the client sends one packet per call instead
 /// of two (its outbox flips once). That holds for `&str`, `&[u8]` and encoded

@@ -295,6 +295,8 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
     // Each streamed input's items, for `begin_inline`.
     let mut raws = Vec::new();
     let mut outs = Vec::new();
+    // Each out-buffer's address, sent when it goes direct.
+    let mut places = Vec::new();
     let (mut i_in, mut i_out) = (0usize, n_in);
     let mut sizes = Vec::new();
     for a in &m.args {
@@ -303,22 +305,26 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
             ArgKind::Str => {
                 let i = usize_lit(i_in);
                 i_in += 1;
-                fill.push(quote!(::gpu_rpc::__private::put_len(&mut #block, #i, #id.len());));
+                fill.push(quote!(::gpu_rpc::__private::put_len(&mut #block, #i, ::gpu_rpc::__private::stream_len_word(#id.as_bytes()));));
                 streams.push(quote!(let #call = #call.stream(#id.as_bytes());));
                 raws.push(quote!(#id.as_bytes()));
             }
-            ArgKind::Slice(e) => {
+            ArgKind::Slice(_) => {
                 let i = usize_lit(i_in);
                 i_in += 1;
-                let s = wire_size(e);
-                fill.push(quote!(::gpu_rpc::__private::put_len(&mut #block, #i, #id.len() * #s);));
+                fill.push(
+                    quote!(::gpu_rpc::__private::put_len(&mut #block, #i, ::gpu_rpc::__private::stream_len_word(#id));),
+                );
                 streams.push(quote!(let #call = #call.stream(#id);));
                 raws.push(quote!(#id));
             }
             ArgKind::Out(_) => {
                 let j = usize_lit(i_out);
                 i_out += 1;
-                fill.push(quote!(::gpu_rpc::__private::put_len(&mut #block, #j, #id.len());));
+                fill.push(
+                    quote!(::gpu_rpc::__private::put_len(&mut #block, #j, ::gpu_rpc::__private::out_len_word(&*#id));),
+                );
+                places.push(quote!(let #call = #call.out_address(&*#id);));
                 outs.push(quote!(let #reply = #reply.out(&mut *#id);));
             }
             ArgKind::Value => {
@@ -342,6 +348,7 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
         #(#fill)*
         #begin
         #(#streams)*
+        #(#places)*
     };
     let ret_size = match &m.ret {
         Ret::Value(ty) => wire_size(ty),

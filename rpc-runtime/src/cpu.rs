@@ -20,7 +20,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
+mod process_memory;
 mod raw;
+pub use process_memory::ProcessMemory;
 pub use raw::RawDevice;
 
 use crate::host::{launch_and_serve, HostJob, RunKernel};
@@ -311,7 +313,8 @@ where
         .zip(&halted)
         .enumerate()
         .map(|(dev, (d, halted))| HostJob {
-            server: d.region.server(),
+            // The lanes are this process's threads: large slices go direct.
+            server: d.region.server().with_memory(&ProcessMemory),
             dispatcher: d.dispatcher,
             run: at_rest(d.region).map(|()| {
                 Box::new(move || run_lanes(dev, d, kernel, halted).map(|()| None)) as RunKernel<'_, LanePanic>
@@ -367,6 +370,8 @@ where
             .map(|id| {
                 let (count, region) = (d.threads, d.region);
                 crate::spawn::scoped(s, format!("gpu_rpc client {dev}.{id}"), move || {
+                    // Its server copies with `ProcessMemory` (Linux only).
+                    crate::call::serve_direct(cfg!(target_os = "linux"));
                     let client = region.client();
                     match catch_unwind(AssertUnwindSafe(|| kernel(dev, &client, ThreadIdx { id, count }))) {
                         Ok(()) => Ok(()),

@@ -82,6 +82,7 @@ pub const DEFAULT_PORT_COUNT: u32 = 4096;
 /// Bytes of the JIT error log kept when the driver rejects a module.
 const JIT_LOG_BYTES: usize = 16 * 1024;
 
+mod copy;
 mod device;
 mod error;
 mod memory;
@@ -89,6 +90,7 @@ mod module;
 mod run;
 mod serve;
 
+pub use copy::{CudaCopies, DEFAULT_STAGING_BYTES, MERGE_GAP_BYTES, STAGE_HALF_BYTES};
 pub use device::*;
 pub use error::*;
 pub use memory::*;

@@ -19,6 +19,8 @@
 //!   returns, over a C++ client of the same protocol.
 //! * [`call`] — the call frame that generated client stubs speak: arguments,
 //!   streamed slices, out-buffers, per-lane status. `no_std`.
+//! * [`device_memory`] — the direct copies of large slices between device
+//!   memory and the host that a backend gives its server. `no_std`.
 //! * `metrics` (feature `std`) — per-method counters and host-time
 //!   histograms a `Dispatcher` keeps while serving.
 //! * `server` (feature `std`) — the host server: port scanning, services,
@@ -44,6 +46,7 @@
 
 pub mod call;
 pub mod cpp;
+pub mod device_memory;
 pub mod format_spec;
 pub mod lanes;
 pub mod protocol;

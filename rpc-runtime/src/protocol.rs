@@ -850,6 +850,7 @@ pub struct Client<'a> {
 /// The server (host) side of the protocol: finds ports with pending calls.
 pub struct Server<'a> {
     p: Process<'a, ServerSide>,
+    memory: Option<&'a dyn crate::device_memory::DeviceMemory>,
 }
 
 /// What the host passes to a kernel so the device can build its [`Client`]:
@@ -1050,7 +1051,21 @@ impl<'a> Server<'a> {
                 abort: None,
                 _side: PhantomData,
             },
+            memory: None,
         }
+    }
+
+    /// Let this server copy large slices straight from and to the device's
+    /// memory (see [the direct path](crate::call#the-direct-path)); without
+    /// it, lanes that ask for a direct copy are refused.
+    pub fn with_memory(mut self, memory: &'a dyn crate::device_memory::DeviceMemory) -> Self {
+        self.memory = Some(memory);
+        self
+    }
+
+    /// The device memory this server copies direct slices with, if any.
+    pub fn memory(&self) -> Option<&'a dyn crate::device_memory::DeviceMemory> {
+        self.memory
     }
 
     /// Make every wait of this server's ports give up (with [`Abandoned`]) once

@@ -14,8 +14,8 @@
 //!
 //! This file holds the configuration, the errors and the [`Service`] trait;
 //! `dispatcher.rs` the routing and error log, `serve_call.rs` the server's
-//! half of the call frame, `server_call.rs` the call as generated dispatch
-//! code sees it, `pool.rs` the loop of a server thread, `idle.rs` how that
+//! half of the call frame, `direct.rs` its copies of slices that go by
+//! address, `server_call.rs` the call as generated dispatch code sees it, `pool.rs` the loop of a server thread, `idle.rs` how that
 //! loop waits when nothing is pending.
 //!
 //! ```
@@ -33,7 +33,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use crate::call::{self, CallDesc, FrameWord, Status, FRAME_VERSION};
+use crate::call::{self, CallDesc, FrameWord, Status, FRAME_VERSION, MAX_IN_STREAMS, MAX_OUT_STREAMS};
+use crate::device_memory::DeviceMemory;
 use crate::metrics::{CallRecord, Counters, MethodMetrics};
 use crate::protocol::{opcodes, Abandoned, Fresh, Port, Server, ServerSide, BUFFER_BYTES, MAX_LANES};
 use crate::wire::Wire;
@@ -172,6 +173,7 @@ pub enum AddError {
     },
 }
 
+mod direct;
 mod dispatcher;
 mod idle;
 mod pool;

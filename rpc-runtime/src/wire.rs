@@ -73,8 +73,10 @@ pub trait Wire: Sized {
     /// (the default) for a type without a C++ form: methods that use it are
     /// left out of the trait's C++ header.
     const CPP: Option<crate::cpp::CppType> = None;
-    /// The raw bytes of a slice when they are exactly its encoding (`u8`
-    /// only), so streams can copy without encoding element by element.
+    /// The raw bytes of a slice when they are exactly its encoding (`u8`,
+    /// and the numbers on little-endian targets), so streams can copy
+    /// without encoding element by element, and large slices can take the
+    /// [direct path](crate::call#the-direct-path).
     #[inline(always)]
     fn slice_as_bytes(_items: &[Self]) -> Option<&[u8]> {
         None
@@ -164,6 +166,21 @@ macro_rules! int_wire {
             #[inline(always)]
             fn zeroed() -> Self {
                 0 as $t
+            }
+            #[cfg(target_endian = "little")]
+            #[inline(always)]
+            fn slice_as_bytes(items: &[Self]) -> Option<&[u8]> {
+                // SAFETY: a number has no padding, and on a little-endian
+                // target its bytes are its encoding; `u8` has alignment 1,
+                // and the view covers exactly the slice's bytes.
+                Some(unsafe { core::slice::from_raw_parts(items.as_ptr().cast(), core::mem::size_of_val(items)) })
+            }
+            #[cfg(target_endian = "little")]
+            #[inline(always)]
+            fn slice_as_bytes_mut(items: &mut [Self]) -> Option<&mut [u8]> {
+                // SAFETY: as above; every byte pattern is a valid number, so
+                // whatever is written through the view leaves valid values.
+                Some(unsafe { core::slice::from_raw_parts_mut(items.as_mut_ptr().cast(), core::mem::size_of_val(items)) })
             }
         }
     )*};

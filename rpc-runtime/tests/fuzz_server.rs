@@ -633,7 +633,7 @@ fn run_case(case: &Case) -> Result<(), String> {
             let r = tracked(|| loop {
                 if let Some(port) = server.try_open(0..1) {
                     break d
-                        .serve_port(port)
+                        .serve_port(port, None)
                         .map_err(|a| format!("server abandoned the call: {a}"));
                 }
                 // Relaxed: only ends the wait.
@@ -944,7 +944,8 @@ fn arbitrary_shared_memory_is_refused_or_served() {
         .unwrap();
 }
 
-/// A declared stream length no client could send (`u64::MAX`): nothing is
+/// A declared stream length no client could send (`2^63 - 1`, the largest a
+/// length word holds; its top bit is [`call::DIRECT`]): nothing is
 /// allocated for it, the lane's error is recorded at once, and the server's
 /// wait for the packets that never come ends with the abort flag (the
 /// kernel's end), recorded as an abandoned call naming port and opcode.
@@ -958,7 +959,7 @@ fn absurd_stream_length_allocates_nothing_and_ends_with_abort() {
     dev.set_header(0, TEXT.opcode, 1);
     let mut b = Buffer::default();
     b.data[0] = TEXT.frame_word().pack();
-    b.data[1] = u64::MAX;
+    b.data[1] = !call::DIRECT;
     dev.write(0, 0, &b);
     dev.flip(0);
     std::thread::scope(|s| {
@@ -971,7 +972,7 @@ fn absurd_stream_length_allocates_nothing_and_ends_with_abort() {
                     }
                     std::thread::yield_now();
                 };
-                d.serve_port(port)
+                d.serve_port(port, None)
             });
             // Release: the server's last flip is visible once this is.
             server_done.store(true, Ordering::Release);
@@ -1002,7 +1003,7 @@ fn absurd_stream_length_allocates_nothing_and_ends_with_abort() {
     assert!(
         errors[0].to_string().contains(&format!(
             "streamed argument 0 is {} bytes, over the limit of {LIMIT}",
-            u64::MAX
+            !call::DIRECT
         )),
         "{}",
         errors[0]

@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use gpu_example_services::bulk::{self, Bulk};
 use gpu_example_services::{Bench, HostServices};
 
 pub mod conform;
@@ -122,5 +123,60 @@ impl HostServices for Recorder {
 
     fn read_block(&self, _offset: u64, _out: &mut [u8]) -> usize {
         0
+    }
+}
+
+/// Host side of [`Bulk`]: compares and writes the pattern, and counts the
+/// bytes that went each way.
+#[derive(Debug, Default)]
+pub struct BulkHost {
+    /// Bytes received (`check_*`).
+    pub received: AtomicU64,
+    /// Bytes sent (`give_*`, `source`).
+    pub sent: AtomicU64,
+}
+
+impl Bulk for BulkHost {
+    fn check_bytes(&self, seed: u64, data: &[u8]) -> u64 {
+        // Relaxed: a statistic read after the launch.
+        self.received.fetch_add(data.len() as u64, Ordering::Relaxed);
+        data.iter()
+            .enumerate()
+            .filter(|&(i, &b)| b != bulk::byte(seed, i as u64))
+            .count() as u64
+    }
+
+    fn check_halves(&self, seed: u64, data: &[u32]) -> u64 {
+        // Relaxed: as above.
+        self.received.fetch_add(4 * data.len() as u64, Ordering::Relaxed);
+        data.iter()
+            .enumerate()
+            .filter(|&(i, &w)| w != bulk::word(seed, i as u64) as u32)
+            .count() as u64
+    }
+
+    fn give_bytes(&self, seed: u64, out: &mut [u8]) -> u64 {
+        // Relaxed: as above.
+        self.sent.fetch_add(out.len() as u64, Ordering::Relaxed);
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = bulk::byte(seed, i as u64);
+        }
+        out.len() as u64
+    }
+
+    fn give_words(&self, seed: u64, out: &mut [u64]) -> u64 {
+        // Relaxed: as above.
+        self.sent.fetch_add(8 * out.len() as u64, Ordering::Relaxed);
+        for (i, w) in out.iter_mut().enumerate() {
+            *w = bulk::word(seed, i as u64);
+        }
+        out.len() as u64
+    }
+
+    fn source(&self, out: &mut [u8]) -> u64 {
+        // Relaxed: as above.
+        self.sent.fetch_add(out.len() as u64, Ordering::Relaxed);
+        out.fill(1);
+        out.len() as u64
     }
 }

@@ -88,6 +88,12 @@ const PRINT_REGISTERS: u32 = 24;
 /// the CUDA backend provides (`MIN_STACK_BYTES`; CUDA's default is 1 KiB).
 const STACK_BYTES: u32 = gpu_rpc::cuda::MIN_STACK_BYTES as u32;
 
+/// Kernels allowed past the stack budget, each for its reason:
+/// `rpc_bulk_local_kernel` holds a 2560-byte array on its stack on purpose
+/// (the check that a stack slice longer than the direct threshold keeps the
+/// packets); `gpu_check` raises the stack limit before launching it.
+const BIG_STACK: [&str; 1] = ["rpc_bulk_local_kernel"];
+
 /// Kernels whose own frame (the call's hot path; the out-of-line cold paths
 /// it calls are separate functions) must not spill to local memory.
 const NO_SPILL: [&str; 7] = [
@@ -142,7 +148,7 @@ fn example_kernels_fit_the_register_budget() {
                 k.name, k.registers
             ));
         }
-        if k.cumulative_stack > STACK_BYTES {
+        if k.cumulative_stack > STACK_BYTES && !BIG_STACK.contains(&k.name.as_str()) {
             over.push(format!(
                 "{}: {} B of stack (budget {STACK_BYTES})",
                 k.name, k.cumulative_stack

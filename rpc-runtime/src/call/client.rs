@@ -126,8 +126,33 @@ impl<'a> Client<'a> {
     }
 }
 
+/// Whether this lane's `items` take [the direct path](super#the-direct-path).
+#[inline(always)]
+pub fn direct_items<T: Wire>(items: &[T]) -> bool {
+    direct(
+        items.as_ptr().cast(),
+        items.len() * T::SIZE,
+        T::slice_as_bytes(items).is_some(),
+    )
+}
+
+/// The length word of a streamed input: its bytes, and whether it goes by
+/// address. Generated stubs write it into the argument block.
+#[inline(always)]
+pub fn stream_len_word<T: Wire>(items: &[T]) -> u64 {
+    len_word((items.len() * T::SIZE) as u64, direct_items(items))
+}
+
+/// The length word of an out-buffer: its elements, and whether it goes by
+/// address.
+#[inline(always)]
+pub fn out_len_word<T: Wire>(out: &[T]) -> u64 {
+    len_word(out.len() as u64, direct_items(out))
+}
+
 impl<'p, 'a> ClientCall<'p, 'a> {
-    /// Stream this lane's `items` (after the frame, in argument order).
+    /// Stream this lane's `items` (after the frame, in argument order): the
+    /// elements, or their address when they go direct.
     #[inline]
     pub fn stream<T: Wire>(self, items: &[T]) -> Self {
         if self.inlined {
@@ -135,7 +160,13 @@ impl<'p, 'a> ClientCall<'p, 'a> {
         }
         let bytes = (items.len() * T::SIZE) as u64;
         let raw = T::slice_as_bytes(items);
-        let port = self.port.send_packets(stream_packets(bytes), |i, b| {
+        let by_address = direct_items(items);
+        let packets = if by_address { 1 } else { stream_packets(bytes) };
+        let port = self.port.send_packets(packets, |i, b| {
+            if by_address {
+                b.data[0] = items.as_ptr() as u64;
+                return;
+            }
             let start = i as usize * BUFFER_BYTES;
             let end = (start + BUFFER_BYTES).min(bytes as usize);
             // `get`: `start < end <= bytes` whenever `fill` runs, but the
@@ -159,6 +190,22 @@ impl<'p, 'a> ClientCall<'p, 'a> {
             port,
             desc: self.desc,
             inlined: false,
+        }
+    }
+
+    /// Send the address of this lane's out-buffer `out` when it goes direct
+    /// (nothing otherwise), after the streams, for each out-buffer in
+    /// argument order: the host stores the results there before it replies.
+    #[inline]
+    pub fn out_address<T: Wire>(self, out: &[T]) -> Self {
+        let by_address = direct_items(out);
+        let port = self
+            .port
+            .send_packets(by_address as u64, |_, b| b.data[0] = out.as_ptr() as u64);
+        ClientCall {
+            port,
+            desc: self.desc,
+            inlined: self.inlined,
         }
     }
 
@@ -253,10 +300,12 @@ impl<'p, 'a> ClientReply<'p, 'a> {
     }
 
     /// Receive the next out-buffer into `out` (only lanes whose call succeeded
-    /// receive; the others keep their buffer unchanged).
+    /// receive; the others keep their buffer unchanged). A direct one
+    /// already holds the results: nothing is received.
     #[inline]
     pub fn out<T: Wire>(self, out: &mut [T]) -> Self {
-        let ok = self.status == Status::Ok;
+        // A direct out-buffer was written by the host before the reply.
+        let ok = self.status == Status::Ok && !direct_items(out);
         let size = T::SIZE;
         let per = BUFFER_BYTES / size;
         let packets = if ok {

@@ -24,6 +24,24 @@
 //!    `&mut [T]`, `ceil(len / (64 / size_of T))` packets of whole elements.
 //! 5. Both sides close.
 //!
+//! # The direct path
+//!
+//! A streamed input or out-buffer of at least [`DIRECT_MIN_BYTES`] that lies
+//! in memory the host can copy by address (global memory on a GPU, tested
+//! with `isspacep.global`; any memory of a lane the CPU backend runs), and
+//! whose elements are laid out as they are encoded ([`Wire::slice_as_bytes`]),
+//! travels by address instead: its length word has the [`DIRECT`] bit set,
+//! and in step 2 the lane sends one packet holding the slice's address in
+//! place of the slice's packets. After the streams come the out-buffers'
+//! addresses, one packet for each out-buffer that is direct (nothing for the
+//! others). The server copies the inputs in before it runs the call (the
+//! backend's [`DeviceMemory`](crate::device_memory::DeviceMemory), e.g. the
+//! copy engine, while the kernel runs), stores the out-buffers' encoded
+//! elements densely at their addresses before it sends the reply, and sends
+//! no packet for them in step 4. Each lane decides for itself ([`direct`]):
+//! one group may mix direct lanes and packet lanes. A short slice, or one on
+//! the stack, keeps the packets.
+//!
 //! Because the frame word states how many packets of arguments and streams
 //! follow, a server can consume a call it does not know (an unknown opcode, a
 //! signature from another build) and answer it with an error status: nothing
@@ -41,7 +59,7 @@ use core::fmt;
 
 mod client;
 
-pub use client::{fail, halt, ClientCall, ClientReply};
+pub use client::{direct_items, fail, halt, out_len_word, stream_len_word, ClientCall, ClientReply};
 
 /// Frame format version carried in every frame word.
 pub const FRAME_VERSION: u8 = 1;
@@ -341,6 +359,106 @@ impl FrameWord {
 /// ```
 pub const fn lengths_bytes(in_streams: usize, out_buffers: usize) -> usize {
     8 * (in_streams + out_buffers)
+}
+
+/// The bit of a length word that says the lane's slice goes by address
+/// ([the direct path](self#the-direct-path)); the bits below it are the
+/// length.
+pub const DIRECT: u64 = 1 << 63;
+
+/// The shortest slice, in bytes, that takes [the direct path](self#the-direct-path)
+/// (below it, the packets are as fast).
+pub const DIRECT_MIN_BYTES: usize = 2048;
+
+/// A length word: `len` (bytes of a streamed input, elements of an
+/// out-buffer), with [`DIRECT`] set when the slice goes by address.
+///
+/// ```
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::call::{len_word, split_len_word};
+/// assert_eq!(split_len_word(len_word(4096, true)), (4096, true));
+/// assert_eq!(split_len_word(len_word(7, false)), (7, false));
+/// ```
+pub const fn len_word(len: u64, direct: bool) -> u64 {
+    len | if direct { DIRECT } else { 0 }
+}
+
+/// The length and the direct bit of a length word.
+pub const fn split_len_word(word: u64) -> (u64, bool) {
+    (word & !DIRECT, word & DIRECT != 0)
+}
+
+/// Whether this lane's slice of `bytes` bytes at `ptr` goes by address: long
+/// enough, laid out as encoded (`raw`), and in memory this lane's server can
+/// copy (see [the direct path](self#the-direct-path)). Both the length word
+/// and the stream step ask it, so they agree.
+#[inline(always)]
+pub fn direct(ptr: *const u8, bytes: usize, raw: bool) -> bool {
+    raw && bytes >= DIRECT_MIN_BYTES && server_can_copy(ptr)
+}
+
+/// Whether the server can copy memory at `ptr` by address. On NVPTX: global
+/// memory (not the stack, shared or constant memory).
+#[cfg(target_arch = "nvptx64")]
+#[inline(always)]
+fn server_can_copy(ptr: *const u8) -> bool {
+    let global: u32;
+    // SAFETY: `isspacep` only classifies the address; nothing is read.
+    unsafe {
+        core::arch::asm!(
+            "{{ .reg .pred p; isspacep.global p, {a}; selp.u32 {r}, 1, 0, p; }}",
+            a = in(reg64) ptr as u64,
+            r = out(reg32) global,
+            options(pure, nomem, nostack, preserves_flags)
+        )
+    };
+    global != 0
+}
+
+/// On AMDGCN no backend copies by address yet (the HSA backend's server has
+/// no [`DeviceMemory`](crate::device_memory::DeviceMemory)).
+#[cfg(target_arch = "amdgpu")]
+#[inline(always)]
+fn server_can_copy(_ptr: *const u8) -> bool {
+    false
+}
+
+/// On the host: lanes the CPU backend runs, whose server reads this
+/// process's memory ([`serve_direct`]); other threads keep the packets.
+#[cfg(all(not(any(target_arch = "nvptx64", target_arch = "amdgpu")), feature = "std"))]
+#[inline(always)]
+fn server_can_copy(_ptr: *const u8) -> bool {
+    DIRECT_LANE.with(|d| d.get())
+}
+
+#[cfg(all(not(any(target_arch = "nvptx64", target_arch = "amdgpu")), not(feature = "std")))]
+#[inline(always)]
+fn server_can_copy(_ptr: *const u8) -> bool {
+    false
+}
+
+#[cfg(all(not(any(target_arch = "nvptx64", target_arch = "amdgpu")), feature = "std"))]
+std::thread_local! {
+    static DIRECT_LANE: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+}
+
+/// Say whether the calls this host thread makes as a client lane may take
+/// [the direct path](self#the-direct-path): set by the CPU backend for the
+/// lanes it runs (their server copies with the process's memory), and by
+/// tests that serve with a [`DeviceMemory`](crate::device_memory::DeviceMemory).
+/// Off by default: a thread whose server has none keeps the packets.
+///
+/// ```
+/// # use rpc_runtime as gpu_rpc;
+/// gpu_rpc::call::serve_direct(true);
+/// let big = vec![0u8; 1 << 16];
+/// assert!(gpu_rpc::call::direct(big.as_ptr(), big.len(), true));
+/// gpu_rpc::call::serve_direct(false);
+/// assert!(!gpu_rpc::call::direct(big.as_ptr(), big.len(), true));
+/// ```
+#[cfg(all(not(any(target_arch = "nvptx64", target_arch = "amdgpu")), feature = "std"))]
+pub fn serve_direct(on: bool) {
+    DIRECT_LANE.with(|d| d.set(on));
 }
 
 /// Where the first inline stream starts in packet 0's payload (after a

@@ -389,6 +389,7 @@ pub struct CudaRegion {
     shared: PinnedBuffer,
     client_locks: DeviceWords,
     server_locks: Box<[AtomicU32]>,
+    copies: CudaCopies,
 }
 
 impl fmt::Debug for CudaRegion {
@@ -426,7 +427,29 @@ impl CudaRegion {
             shared,
             client_locks,
             server_locks: (0..words).map(|_| AtomicU32::new(0)).collect(),
+            copies: CudaCopies::new(device, DEFAULT_STAGING_BYTES),
         })
+    }
+
+    /// Limit the pinned staging memory of the region's direct copies (see
+    /// [`CudaCopies`]) to `bytes` (default [`DEFAULT_STAGING_BYTES`], 64 MiB;
+    /// at least one stage of 2 × [`STAGE_HALF_BYTES`] is always allowed).
+    ///
+    /// ```no_run
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// let region = gpu_rpc::cuda::CudaRegion::new(&dev, 8)?.with_staging_limit(16 << 20);
+    /// assert_eq!(region.copies().limit(), 16 << 20);
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
+    /// ```
+    pub fn with_staging_limit(mut self, bytes: usize) -> CudaRegion {
+        self.copies = CudaCopies::new(&self.device, bytes);
+        self
+    }
+
+    /// The region's direct copies (the server's [`DeviceMemory`](crate::device_memory::DeviceMemory)).
+    pub fn copies(&self) -> &CudaCopies {
+        &self.copies
     }
 
     /// The layout (`port_count` ports, 32 lanes).
@@ -474,7 +497,8 @@ impl CudaRegion {
         }
     }
 
-    /// The server side, over the host address of the region.
+    /// The server side, over the host address of the region, copying the
+    /// slices that go direct with the region's [`copies`](Self::copies).
     ///
     /// ```no_run
     /// # use rpc_runtime as gpu_rpc;
@@ -496,6 +520,7 @@ impl CudaRegion {
                 self.server_locks.as_ptr() as *const _,
             )
         }
+        .with_memory(&self.copies)
     }
 
     /// Whether every port is idle on the server side and every client lock

@@ -181,7 +181,7 @@ impl Dispatcher {
         let mut start = range.start;
         while let Some(port) = server.try_open(start..range.end) {
             start = port.index() + 1;
-            self.serve_port(port)?;
+            self.serve_port(port, server.memory())?;
             served += 1;
         }
         Ok(served)
@@ -220,8 +220,14 @@ impl Dispatcher {
     /// out-buffer and lane (plus a fixed amount per call), and it leaves the
     /// port idle (handed back to the client, unlocked) — unless the abort flag
     /// ends a wait for the client, in which case the abandoned call is
-    /// recorded as an error and returned.
-    pub fn serve_port(&self, port: Port<'_, '_, ServerSide, Fresh>) -> Result<(), Abandoned> {
+    /// recorded as an error and returned. `memory` copies the slices that
+    /// go direct (the port's [`Server::memory`]); without it their lanes are
+    /// refused.
+    pub fn serve_port(
+        &self,
+        port: Port<'_, '_, ServerSide, Fresh>,
+        memory: Option<&dyn DeviceMemory>,
+    ) -> Result<(), Abandoned> {
         let index = port.index();
         let opcode = port.opcode();
         let lanes = port.lanes();
@@ -240,7 +246,7 @@ impl Dispatcher {
         )
         .entered();
         let mut record = CallRecord::default();
-        let r = self.serve_decoded(port, method, &mut record);
+        let r = self.serve_decoded(port, memory, method, &mut record);
         if let (Ok(()), Some(started)) = (&r, started) {
             let counters = route.map_or(&self.unknown, |r| &r.counters);
             counters.add(&record, started.elapsed());

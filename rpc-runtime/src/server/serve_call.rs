@@ -10,6 +10,7 @@ impl Dispatcher {
     pub(super) fn serve_decoded(
         &self,
         port: Port<'_, '_, ServerSide, Fresh>,
+        memory: Option<&dyn DeviceMemory>,
         method: Option<(usize, usize, &'static MethodInfo)>,
         record: &mut CallRecord,
     ) -> Result<(), Abandoned> {
@@ -158,6 +159,8 @@ impl Dispatcher {
             rets,
             outs,
         } = Scratch::take();
+        // Device addresses of the direct streams and out-buffers, per lane.
+        let mut addrs = [[0u64; MAX_IN_STREAMS + MAX_OUT_STREAMS]; MAX_LANES as usize];
         for lane in iter_lanes(lanes) {
             let blk = &mut blocks[lane as usize];
             blk.clear();
@@ -173,6 +176,7 @@ impl Dispatcher {
             call::read_block(i + 1, b, &mut blocks[lane as usize])
         })?;
         let lens = |lane: u32, i: usize| lens_of(&blocks[lane as usize], i);
+        let direct = |lane: u32, i: usize| direct_of(&blocks[lane as usize], i);
 
         // Size limits on streamed inputs and out-buffers (checked before
         // anything is allocated for them): each buffer against the per-lane
@@ -262,6 +266,18 @@ impl Dispatcher {
                 for i in 0..n_in {
                     let len = lens(lane, i);
                     let end = (at as u64).saturating_add(len);
+                    if direct(lane, i) {
+                        let message = format!("inline streamed argument {i} is marked direct (sent by address)");
+                        refuse(
+                            lane,
+                            Status::InvalidArgument,
+                            i as u32,
+                            message,
+                            &mut status,
+                            &mut detail,
+                        );
+                        return;
+                    }
                     if end > call::FIRST_PAYLOAD as u64 {
                         let message = format!(
                             "inline streamed argument {i} ends at byte {end} of packet 0's payload, which holds {}",
@@ -284,14 +300,25 @@ impl Dispatcher {
                 }
             });
         } else {
+            // `i` indexes the lanes' lengths, addresses and buffers alike.
+            #[allow(clippy::needless_range_loop)]
             for i in 0..n_in {
-                let mut packets = 0u64;
-                for lane in iter_lanes(lanes) {
-                    packets = packets.max(call::stream_packets(lens(lane, i)));
-                }
-                port = port.recv_packets(packets, |lane, _, b| {
+                // A direct lane sends one packet: its slice's address.
+                let packets_of = |lane: u32| {
+                    if direct(lane, i) {
+                        1
+                    } else {
+                        call::stream_packets(lens(lane, i))
+                    }
+                };
+                let packets = iter_lanes(lanes).map(packets_of).max().unwrap_or(0);
+                port = port.recv_packets(packets, |lane, k, b| {
                     let l = lane as usize;
-                    if status[l] != Status::Ok {
+                    if status[l] != Status::Ok || k >= packets_of(lane) {
+                        return;
+                    }
+                    if direct(lane, i) {
+                        addrs[l][i] = b.data[0];
                         return;
                     }
                     // `len <= limit` here, and `limit` is a host allocation size.
@@ -308,6 +335,33 @@ impl Dispatcher {
                     s.extend_from_slice(&b.bytes()[..n]);
                 })?;
             }
+        }
+
+        // The out-buffers' addresses: one packet from each lane whose
+        // out-buffer goes direct, consumed whatever the call's fate.
+        for j in 0..n_out {
+            let packets = iter_lanes(lanes).any(|lane| direct(lane, n_in + j)) as u64;
+            port = port.recv_packets(packets, |lane, _, b| {
+                if direct(lane, n_in + j) {
+                    addrs[lane as usize][n_in + j] = b.data[0];
+                }
+            })?;
+        }
+
+        // Direct inputs: copied from the device, all lanes' at once.
+        if accepted && !frame.inline_streams {
+            let ok = iter_lanes(lanes)
+                .filter(|&l| status[l as usize] == Status::Ok)
+                .fold(0, |m, l| m | 1 << l);
+            self.copy_in(
+                ok,
+                n_in,
+                &blocks,
+                &addrs,
+                memory,
+                &mut streams,
+                &mut |lane, refusal, what, message| refuse(lane, refusal, what, message, &mut status, &mut detail),
+            );
         }
 
         // Run the call.
@@ -359,6 +413,10 @@ impl Dispatcher {
                 }
             }
         }
+        // Direct out-buffers: stored on the device before the reply says so.
+        if let (true, true, Some(d)) = (accepted, frame.reply, desc) {
+            self.copy_out(&mut call, d, &addrs, memory);
+        }
         for e in std::mem::take(&mut call.errors) {
             self.record(e);
         }
@@ -407,14 +465,18 @@ impl Dispatcher {
             for (j, &es) in d.out_elem_sizes.iter().enumerate() {
                 let per = BUFFER_BYTES / es as usize;
                 let mut packets = 0u64;
+                // Lanes that failed, or whose out-buffer went direct, get none.
+                let sends = |call: &ServerCall<'_>, lane: u32| {
+                    call.status[lane as usize] == Status::Ok && !call.out_direct(lane, j)
+                };
                 for lane in iter_lanes(lanes) {
-                    if call.status[lane as usize] == Status::Ok {
+                    if sends(&call, lane) {
                         packets = packets.max(call::out_packets(lens_of(&call.blocks[lane as usize], n_in + j), es));
                     }
                 }
                 port = port.send_packets(packets, |lane, i, b| {
                     let l = lane as usize;
-                    if call.status[l] != Status::Ok {
+                    if !sends(&call, lane) {
                         return;
                     }
                     if let Some(data) = call.outs[l].get(j) {
@@ -520,13 +582,26 @@ std::thread_local! {
     static SCRATCH: std::cell::RefCell<Option<Scratch>> = const { std::cell::RefCell::new(None) };
 }
 
-/// The `u64` at index `i` of an argument block, or 0 if the block is shorter.
-pub(super) fn lens_of(block: &[u8], i: usize) -> u64 {
+/// The length word at index `i` of an argument block, or 0 if the block is
+/// shorter.
+fn len_word_of(block: &[u8], i: usize) -> u64 {
     block
         .get(8 * i..8 * i + 8)
         .and_then(|b| b.try_into().ok())
         .map(u64::from_le_bytes)
         .unwrap_or(0)
+}
+
+/// The length (bytes of a stream, elements of an out-buffer) at index `i`
+/// of an argument block, without its [`DIRECT`](call::DIRECT) bit.
+pub(super) fn lens_of(block: &[u8], i: usize) -> u64 {
+    call::split_len_word(len_word_of(block, i)).0
+}
+
+/// Whether the stream or out-buffer at index `i` of an argument block goes
+/// by address.
+pub(super) fn direct_of(block: &[u8], i: usize) -> bool {
+    call::split_len_word(len_word_of(block, i)).1
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! [`ServerCall`]: one call being served, as the dispatch code `#[gpu_rpc]`
 //! generates sees it (per-lane arguments in, per-lane results out).
 
-use super::serve_call::{lens_of, Scratch};
+use super::serve_call::{direct_of, lens_of, Scratch};
 use super::*;
 
 /// The text of a panic payload, clipped ([`clip_message`]): the one place a
@@ -234,9 +234,21 @@ impl ServerCall<'_> {
         v.encode(buf);
     }
 
-    /// Store lane `lane`'s out-buffer `j` (elements packed whole per packet).
+    /// Whether lane `lane`'s out-buffer `j` goes direct (stored at its
+    /// device address, densely, instead of in packets).
+    pub(super) fn out_direct(&self, lane: u32, j: usize) -> bool {
+        direct_of(&self.blocks[lane as usize], self.n_in + j)
+    }
+
+    /// Store lane `lane`'s out-buffer `j` (elements packed whole per packet,
+    /// or densely when it goes direct).
     pub fn set_out<T: Wire>(&mut self, lane: u32, j: usize, data: &[T]) {
-        let per = BUFFER_BYTES / T::SIZE;
+        let per = if self.out_direct(lane, j) {
+            // One "packet" as long as the buffer: dense.
+            data.len().max(1)
+        } else {
+            BUFFER_BYTES / T::SIZE
+        };
         let outs = &mut self.outs[lane as usize];
         if outs.len() <= j {
             outs.resize_with(j + 1, Vec::new);

@@ -18,6 +18,7 @@ mod line;
 mod saxpy;
 mod services_demo;
 
+#[cfg(target_arch = "nvptx64")] mod bulk;
 #[cfg(target_arch = "nvptx64")] mod conformance;
 
 #[cfg(target_arch = "nvptx64")]
@@ -30,7 +31,7 @@ mod nvptx {
 
     /// Global 1-D thread index and thread count (x dimension).
     #[inline(always)]
-    fn gid() -> (usize, usize) {
+    pub(crate) fn gid() -> (usize, usize) {
         // SAFETY: reading special registers.
         unsafe {
             (

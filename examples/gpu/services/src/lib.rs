@@ -3,6 +3,7 @@
 
 use gpu_rpc::gpu_rpc;
 
+pub mod bulk;
 pub mod conform;
 pub mod cpp_demo;
 
@@ -64,5 +65,6 @@ const _: () = gpu_rpc::assert_disjoint_opcodes(&[
     BenchRpc::OPCODES,
     ConformRpc::OPCODES,
     cpp_demo::CppDemoRpc::OPCODES,
+    bulk::BulkRpc::OPCODES,
     gpu_rpc::services::StdRpc::OPCODES,
 ]);

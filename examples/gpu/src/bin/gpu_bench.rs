@@ -6,8 +6,10 @@
 //!    two words over the same kind of pinned mapped memory (the floor);
 //! 2. `contention`: all SMs × warps making round-trip calls, over port counts
 //!    and server threads, against one warp alone;
-//! 3. `bandwidth`: `Bench::sink(&[u8])` of 64 B .. 1 MiB per lane-call from
-//!    one warp, against `cuMemcpyDtoH` of the same bytes;
+//! 3. `bandwidth`: `Bench::sink(&[u8])` (device to host) and
+//!    `Bulk::source(&mut [u8])` (host to device) of 64 B .. 1 MiB per
+//!    lane-call from one warp and 4 and 64 MiB from one lane, against
+//!    `cuMemcpyDtoH`/`cuMemcpyHtoD` of the same bytes per warp-call;
 //! 4. `print`: 100k threads printing one line each through `print_stderr`
 //!    into a file, against CUDA's device `printf` (run with `printf PTX` as
 //!    separate invocations so each can redirect its own output);
@@ -212,43 +214,86 @@ fn contention(dev: &CudaDevice, module: &Module) {
 }
 
 fn bandwidth(dev: &CudaDevice, module: &Module) {
-    let sink = module.kernel("rpc_sink_kernel").unwrap();
-    println!("\n### 3. Streaming bandwidth (`Bench::sink(&[u8])`, one warp, each lane its own slice)\n");
-    println!("| bytes per lane-call | calls | gpu_rpc GB/s | cuMemcpyDtoH GB/s (same bytes per warp-call) | ratio |");
-    println!("|---:|---:|---:|---:|---:|");
-    for bytes in [64usize, 4096, 65536, 1 << 20] {
-        let iters = (((64 << 20) / (32 * bytes)).clamp(4, 2000)) as u32;
-        let src = DeviceBuffer::new(dev, bytes).unwrap();
-        let out = PinnedBuffer::new(dev, 32 * 8).unwrap();
-        let counters = Arc::new(Counters::default());
-        let d = bench_dispatcher(&counters);
-        let cfg = Launch {
-            grid: (1, 1, 1),
-            block: (32, 1, 1),
-            port_count: 1,
-            ..Launch::default()
-        };
-        let args = [
-            KernelArg::Ptr(src.device_ptr()),
-            KernelArg::U64(bytes as u64),
-            KernelArg::U32(iters),
-            KernelArg::Ptr(out.device_ptr()),
-        ];
-        let r = launch(&sink, &cfg, &d, &args).unwrap();
-        let moved = counters.sunk.load(Ordering::Relaxed);
-        assert_eq!(moved, 32 * bytes as u64 * iters as u64);
-        let rpc = moved as f64 / kernel_secs(&r) / 1e9;
-        // Baseline: the same bytes per warp-call with cuMemcpyDtoH.
-        let big = DeviceBuffer::new(dev, 32 * bytes).unwrap();
-        let dst = PinnedBuffer::new(dev, 32 * bytes).unwrap();
-        big.copy_to(&dst).unwrap();
-        let mut t = Duration::ZERO;
-        let reps = iters.min(200);
-        for _ in 0..reps {
-            t += big.copy_to(&dst).unwrap();
+    use gpu_example_services::bulk::BulkServer;
+    use gpu_examples::BulkHost;
+    use gpu_rpc::cuda::MappedBuffer;
+    let kernel = module.kernel("rpc_bulk_kernel").unwrap();
+    println!(
+        "\n### 3. Bulk data (`Bench::sink(&[u8])` to the host, `Bulk::source(&mut [u8])` back; each lane its own \
+         slice of one device buffer)\n"
+    );
+    println!(
+        "| direction | lanes | bytes per lane-call | warp-calls | gpu_rpc GB/s, median [min, max] of 3 | cuMemcpy GB/s \
+         (same bytes per warp-call), median [min, max] | gpu_rpc / cuMemcpy |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], v[0], v[v.len() - 1])
+    };
+    for dir in [0u32, 1] {
+        for (lanes, bytes) in [
+            (32usize, 64usize),
+            (32, 4096),
+            (32, 65_536),
+            (32, 1 << 20),
+            (1, 4 << 20),
+            (1, 64 << 20),
+        ] {
+            let per_call = lanes * bytes;
+            let iters = ((256 << 20) / per_call).clamp(4, 2000) as u32;
+            let data = DeviceBuffer::new(dev, per_call).unwrap();
+            let out = PinnedBuffer::new(dev, lanes * 8).unwrap();
+            let cfg = Launch {
+                grid: (1, 1, 1),
+                block: (lanes as u32, 1, 1),
+                port_count: 1,
+                ..Launch::default()
+            };
+            let args = [
+                KernelArg::Ptr(data.device_ptr()),
+                KernelArg::U64(bytes as u64),
+                KernelArg::U32(iters),
+                KernelArg::U32(dir),
+                KernelArg::Ptr(out.device_ptr()),
+            ];
+            let mut rpc = Vec::new();
+            for _ in 0..3 {
+                let counters = Arc::new(Counters::default());
+                let bulk = Arc::new(BulkHost::default());
+                let mut d = bench_dispatcher(&counters);
+                d.add(BulkServer(Arc::clone(&bulk))).unwrap();
+                let r = launch(&kernel, &cfg, &d, &args).unwrap();
+                let moved = counters.sunk.load(Ordering::Relaxed) + bulk.sent.load(Ordering::Relaxed);
+                assert_eq!(moved, (per_call * iters as usize) as u64);
+                assert_eq!(d.error_count(), 0);
+                rpc.push(moved as f64 / kernel_secs(&r) / 1e9);
+            }
+            // Baseline: the same bytes per warp-call, pinned host memory on
+            // the other side.
+            let host = PinnedBuffer::new(dev, per_call).unwrap();
+            let reps = iters.min(100);
+            let mut copy = Vec::new();
+            for _ in 0..3 {
+                let mut t = Duration::ZERO;
+                for _ in 0..reps {
+                    t += if dir == 0 {
+                        data.copy_to(&host).unwrap()
+                    } else {
+                        // SAFETY: no kernel runs; nothing else writes `host`.
+                        data.copy_from(unsafe { host.as_slice() }).unwrap()
+                    };
+                }
+                copy.push(per_call as f64 * reps as f64 / t.as_secs_f64() / 1e9);
+            }
+            let (r, rlo, rhi) = median(rpc);
+            let (c, clo, chi) = median(copy);
+            println!(
+                "| {} | {lanes} | {bytes} | {iters} | {r:.3} [{rlo:.3}, {rhi:.3}] | {c:.2} [{clo:.2}, {chi:.2}] | {:.3} |",
+                if dir == 0 { "device → host" } else { "host → device" },
+                r / c
+            );
         }
-        let copy = (32 * bytes) as f64 * reps as f64 / t.as_secs_f64() / 1e9;
-        println!("| {bytes} | {iters} | {rpc:.3} | {copy:.3} | {:.2} |", rpc / copy);
     }
 }
 

@@ -8,7 +8,10 @@
 //!    and 1..4 server threads, and partial warps;
 //! 3. printing from 4096 threads, synchronous (`print_stderr`) and
 //!    fire-and-forget (`Bench::log`): every line arrives exactly once;
-//! 4. `sink`: streamed `&[u8]` of several sizes, byte counts exact.
+//! 4. `sink`: streamed `&[u8]` of several sizes, byte counts exact;
+//! 5. bulk data both ways (`Bulk`): every byte of slices of 0 B .. 64 MiB in
+//!    global memory (direct above the threshold) and on the stack (packets),
+//!    elements of 1, 4 and 8 bytes, while the kernel keeps running.
 //!
 //! Exits with 0 when every check passed, 1 otherwise; prints one line per
 //! check with its numbers.
@@ -319,10 +322,83 @@ fn main() -> ExitCode {
         );
     }
 
+    // 5. Bulk data both ways, every byte: slices in global memory at and
+    // around the direct threshold (lanes of one call mixing direct and
+    // packet slices), `u8`, `u32` and `u64` elements, one lane at the 64 MiB
+    // limit, and slices on the stack.
+    bulk_checks(&mut ctx, &module);
+
     println!("{} failure(s)", ctx.failures);
     if ctx.failures == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+/// Section 5: the `Bulk` kernels, each thread's wrong bytes counted on both
+/// sides; the host's byte counts exact.
+fn bulk_checks(ctx: &mut Ctx, module: &Module) {
+    use gpu_example_services::bulk::BulkServer;
+    use gpu_examples::BulkHost;
+    let check = module.kernel("rpc_bulk_check_kernel").expect("rpc_bulk_check_kernel");
+    let local = module.kernel("rpc_bulk_local_kernel").expect("rpc_bulk_local_kernel");
+    // (name, kernel, grid, block, stride, one size)
+    let stride: u64 = 65_536 + 64;
+    // Under the 64 MiB per-slice limit with the `u32` slice's extra element.
+    let big: u64 = (64 << 20) - 16;
+    let runs: [(&str, &Kernel<'_>, u32, u32, u64, u64); 4] = [
+        ("bulk/sizes-0..64KiB-1-warp", &check, 1, 32, stride, u64::MAX),
+        ("bulk/sizes-0..64KiB-8x96-threads", &check, 8, 96, stride, u64::MAX),
+        ("bulk/64MiB-less-16B-1-lane", &check, 1, 1, big + 64, big),
+        ("bulk/stack-2560B-2x64-threads", &local, 2, 64, 0, 0),
+    ];
+    for (name, kernel, grid, block, stride, one) in runs {
+        let t0 = Instant::now();
+        let threads = (grid * block) as usize;
+        let host = Arc::new(BulkHost::default());
+        let d = dispatcher(vec![Arc::new(BulkServer(Arc::clone(&host)))]);
+        let out = PinnedBuffer::new(&ctx.dev, threads * 8).expect("buffer");
+        let cfg = Launch {
+            grid: (grid, 1, 1),
+            block: (block, 1, 1),
+            server_threads: 2,
+            ..Launch::default()
+        };
+        let r = if stride == 0 {
+            ctx.dev
+                .ensure_stack_size(8 << 10)
+                .map_err(|e| e.to_string())
+                .and_then(|()| {
+                    gpu_rpc::cuda::launch(kernel, &cfg, &d, &[KernelArg::Ptr(out.device_ptr())])
+                        .map_err(|e| e.to_string())
+                })
+        } else {
+            let data = gpu_rpc::cuda::DeviceBuffer::new(&ctx.dev, threads * stride as usize).expect("device buffer");
+            gpu_rpc::cuda::launch(
+                kernel,
+                &cfg,
+                &d,
+                &[
+                    KernelArg::Ptr(data.device_ptr()),
+                    KernelArg::U64(stride),
+                    KernelArg::U64(one),
+                    KernelArg::Ptr(out.device_ptr()),
+                ],
+            )
+            .map_err(|e| e.to_string())
+        };
+        // SAFETY: the kernel has finished.
+        let bad: u64 = (0..threads).map(|g| unsafe { out.read_u64(g) }).sum();
+        let (received, sent) = (host.received.load(Ordering::Relaxed), host.sent.load(Ordering::Relaxed));
+        let msg = format!(
+            "{threads} threads, {received} bytes to the host and {sent} back, {bad} wrong, {} server errors, \
+             {:.1} ms; {:?}",
+            d.error_count(),
+            t0.elapsed().as_secs_f64() * 1e3,
+            r.as_ref().err()
+        );
+        let ok = r.is_ok() && bad == 0 && d.error_count() == 0 && received > 0 && sent > 0;
+        ctx.check(name, if ok { Ok(msg) } else { Err(msg) });
     }
 }

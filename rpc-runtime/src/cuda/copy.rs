@@ -1,0 +1,400 @@
+//! The CUDA backend's [`DeviceMemory`] ([`CudaCopies`]): the slices that take
+//! [the direct path](crate::call#the-direct-path) move between device memory
+//! and the host on the copy engine, on streams of their own, while the
+//! kernel that passed them keeps running (it is launched on a non-blocking
+//! stream, so nothing waits for it).
+//!
+//! Copies go through pinned staging memory (the copy engine's full speed
+//! needs page-locked host memory), in halves of [`STAGE_HALF_BYTES`] used
+//! alternately: one half is on the bus while the other is copied to or from
+//! the lanes' host buffers. A server thread holds one stage (two halves) for
+//! a call; stages are made on demand up to the limit (default
+//! [`DEFAULT_STAGING_BYTES`]) and kept for reuse; a thread that finds them
+//! all taken waits for one (a stage is held only for the copies of one call,
+//! never while waiting for anything else, so this cannot deadlock).
+//!
+//! A call's copies are sorted by address; neighbours in one allocation
+//! (`cuMemGetAddressRange`) are merged into one transfer, reading across gaps
+//! of up to [`MERGE_GAP_BYTES`] (a warp's lanes usually pass adjacent slices
+//! of one buffer: one transfer instead of 32). Writes merge only slices that
+//! touch, so no byte outside a lane's out-buffer is written. A merged
+//! transfer that fails is retried slice by slice, so a bad address fails
+//! only its own lane.
+
+use std::sync::{Condvar, Mutex};
+
+use super::*;
+use crate::device_memory::{CopyError, DeviceMemory};
+
+/// Bytes of one half of a stage (one transfer on the bus at a time).
+pub const STAGE_HALF_BYTES: usize = 4 << 20;
+
+/// Default limit on the pinned staging memory of one [`CudaRegion`]'s
+/// copies: 64 MiB, eight server threads copying at once.
+pub const DEFAULT_STAGING_BYTES: usize = 64 << 20;
+
+/// Largest gap between two slices of one allocation that a merged read
+/// transfers too.
+pub const MERGE_GAP_BYTES: u64 = 64 << 10;
+
+/// Pinned staging memory and two streams: what a server thread holds while
+/// it copies one call's slices.
+struct Stage {
+    host: NonNull<u8>,
+    streams: [sys::CUstream; 2],
+}
+
+// SAFETY: the stage owns its pinned allocation and streams; the handles are
+// valid on every thread of the process, and a stage is used by one thread at
+// a time (taken from the pool, given back).
+unsafe impl Send for Stage {}
+
+impl Stage {
+    fn new() -> Result<Stage, CopyError> {
+        let flags = sys::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: allocates host memory; no pointer is read.
+        let host = call("cuMemHostAlloc", || unsafe {
+            result::malloc_host(2 * STAGE_HALF_BYTES, flags)
+        })?;
+        let host = NonNull::new(host.cast::<u8>()).ok_or(CopyError {
+            what: "cuMemHostAlloc returned null",
+            code: 0,
+        })?;
+        let mut streams = [std::ptr::null_mut(); 2];
+        for k in 0..2 {
+            match call("cuStreamCreate", || {
+                result::stream::create(result::stream::StreamKind::NonBlocking)
+            }) {
+                Ok(s) => streams[k] = s,
+                Err(e) => {
+                    Stage::free(host, &streams[..k]);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Stage { host, streams })
+    }
+
+    /// Half `h` (0 or 1) of the staging memory.
+    fn half(&mut self, h: usize) -> &mut [u8] {
+        // SAFETY: the allocation holds two halves of `STAGE_HALF_BYTES`,
+        // owned by this stage and borrowed mutably through `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.host.as_ptr().add(h * STAGE_HALF_BYTES), STAGE_HALF_BYTES) }
+    }
+
+    fn sync(&self, h: usize) -> Result<(), CopyError> {
+        // SAFETY: the stream is this stage's, alive.
+        call("cuStreamSynchronize", || unsafe {
+            result::stream::synchronize(self.streams[h])
+        })
+    }
+
+    fn free(host: NonNull<u8>, streams: &[sys::CUstream]) {
+        for &s in streams {
+            // SAFETY: a stream this stage created; nothing is queued on it
+            // (every copy was waited for).
+            let _ = call("cuStreamDestroy", || unsafe { result::stream::destroy(s) });
+        }
+        // SAFETY: the stage's own pinned allocation, no longer used.
+        let _ = call("cuMemFreeHost", || unsafe { result::free_host(host.as_ptr().cast()) });
+    }
+}
+
+impl Drop for Stage {
+    fn drop(&mut self) {
+        Stage::free(self.host, &self.streams);
+    }
+}
+
+/// A driver call, a panic of the binding (a missing symbol) included, as a
+/// [`CopyError`] naming it.
+fn call<T>(what: &'static str, f: impl FnOnce() -> Result<T, DriverError>) -> Result<T, CopyError> {
+    match raw_guard(what, f) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(CopyError { what, code: e.0 as i64 }),
+        Err(_) => Err(CopyError { what, code: -1 }),
+    }
+}
+
+/// The stages of one region's copies.
+struct Pool {
+    idle: Vec<Stage>,
+    made: usize,
+}
+
+/// The direct copies of one [`CudaRegion`]'s server (see the module docs);
+/// [`CudaRegion::server`] gives its server one.
+pub struct CudaCopies {
+    device: CudaDevice,
+    limit: usize,
+    pool: Mutex<Pool>,
+    freed: Condvar,
+}
+
+impl fmt::Debug for CudaCopies {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CudaCopies").field("limit", &self.limit).finish()
+    }
+}
+
+/// One transfer: the byte span `[start, end)` on the device and the copies
+/// (indices, sorted by address) it serves.
+struct Span {
+    start: u64,
+    end: u64,
+    members: Vec<usize>,
+}
+
+impl CudaCopies {
+    /// Copies on `device` with at most `limit` bytes of pinned staging
+    /// memory (rounded down to whole stages; at least one stage).
+    pub(super) fn new(device: &CudaDevice, limit: usize) -> CudaCopies {
+        CudaCopies {
+            device: device.clone(),
+            limit,
+            pool: Mutex::new(Pool {
+                idle: Vec::new(),
+                made: 0,
+            }),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// The most pinned staging memory these copies use.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    fn take(&self) -> Result<Stage, CopyError> {
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(s) = pool.idle.pop() {
+                return Ok(s);
+            }
+            if pool.made == 0 || (pool.made + 1) * 2 * STAGE_HALF_BYTES <= self.limit {
+                pool.made += 1;
+                drop(pool);
+                let made = Stage::new();
+                if made.is_err() {
+                    self.pool.lock().unwrap_or_else(|e| e.into_inner()).made -= 1;
+                    self.freed.notify_one();
+                }
+                return made;
+            }
+            pool = self.freed.wait(pool).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn give(&self, stage: Stage) {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner()).idle.push(stage);
+        self.freed.notify_one();
+    }
+
+    /// The end of the allocation holding `at`, if the driver knows it.
+    fn allocation_end(at: u64) -> Option<u64> {
+        let (mut base, mut size) = (0u64, 0usize);
+        // SAFETY: the driver only writes the two out-parameters.
+        let r = call("cuMemGetAddressRange", || unsafe {
+            sys::cuMemGetAddressRange_v2(&mut base, &mut size, at).result()
+        });
+        r.ok().map(|()| base + size as u64)
+    }
+
+    /// Sort the copies `(address, length)` into spans: neighbours in one
+    /// allocation at most `gap` bytes apart (`None`: only slices that touch,
+    /// never overlapping) share one.
+    fn spans(ranges: &[(u64, usize)], gap: Option<u64>) -> Vec<Span> {
+        let mut order: Vec<usize> = (0..ranges.len()).filter(|&k| ranges[k].1 > 0).collect();
+        order.sort_by_key(|&k| ranges[k].0);
+        let mut spans: Vec<Span> = Vec::new();
+        let mut alloc_end = None;
+        for k in order {
+            let (at, len) = ranges[k];
+            let end = at.saturating_add(len as u64);
+            if let Some(s) = spans.last_mut() {
+                let near = match gap {
+                    Some(g) => at <= s.end.saturating_add(g),
+                    None => at == s.end,
+                };
+                if near && alloc_end.is_some_and(|e| end <= e) {
+                    s.end = s.end.max(end);
+                    s.members.push(k);
+                    continue;
+                }
+            }
+            alloc_end = Self::allocation_end(at);
+            spans.push(Span {
+                start: at,
+                end,
+                members: vec![k],
+            });
+        }
+        spans
+    }
+
+    /// Read one span through `stage`, scattering it into the members'
+    /// buffers; pipelined over the two halves.
+    fn read_span(stage: &mut Stage, span: &Span, copies: &mut [(u64, &mut [u8])]) -> Result<(), CopyError> {
+        let total = (span.end - span.start) as usize;
+        let chunks = total.div_ceil(STAGE_HALF_BYTES);
+        let enqueue = |stage: &mut Stage, c: usize| -> Result<(), CopyError> {
+            let off = c * STAGE_HALF_BYTES;
+            let n = (total - off).min(STAGE_HALF_BYTES);
+            let stream = stage.streams[c % 2];
+            let dst = &mut stage.half(c % 2)[..n];
+            // SAFETY: `dst` is pinned staging memory this thread holds until
+            // the stream is synchronized below; the device range was checked
+            // by the driver (an address it did not map is refused).
+            call("cuMemcpyDtoHAsync", || unsafe {
+                result::memcpy_dtoh_async(dst, span.start + off as u64, stream)
+            })
+        };
+        enqueue(stage, 0)?;
+        for c in 0..chunks {
+            if c + 1 < chunks {
+                if let Err(e) = enqueue(stage, c + 1) {
+                    let _ = stage.sync(c % 2);
+                    return Err(e);
+                }
+            }
+            if let Err(e) = stage.sync(c % 2) {
+                let _ = stage.sync((c + 1) % 2);
+                return Err(e);
+            }
+            let lo = span.start + (c * STAGE_HALF_BYTES) as u64;
+            let n = (total - c * STAGE_HALF_BYTES).min(STAGE_HALF_BYTES);
+            let hi = lo + n as u64;
+            let half = &stage.half(c % 2)[..n];
+            for &k in &span.members {
+                let (at, dst) = &mut copies[k];
+                let at = *at;
+                let from = at.max(lo);
+                let to = (at + dst.len() as u64).min(hi);
+                if from < to {
+                    let (d, s) = ((from - at) as usize, (from - lo) as usize);
+                    let len = (to - from) as usize;
+                    dst[d..d + len].copy_from_slice(&half[s..s + len]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Write one span (slices that touch) through `stage`, gathering the
+    /// members' bytes; pipelined over the two halves.
+    fn write_span(stage: &mut Stage, span: &Span, copies: &[(u64, &[u8])]) -> Result<(), CopyError> {
+        let total = (span.end - span.start) as usize;
+        let chunks = total.div_ceil(STAGE_HALF_BYTES);
+        for c in 0..chunks {
+            let h = c % 2;
+            if c >= 2 {
+                stage.sync(h)?;
+            }
+            let lo = span.start + (c * STAGE_HALF_BYTES) as u64;
+            let n = (total - c * STAGE_HALF_BYTES).min(STAGE_HALF_BYTES);
+            let hi = lo + n as u64;
+            let half = &mut stage.half(h)[..n];
+            for &k in &span.members {
+                let (at, src) = copies[k];
+                let from = at.max(lo);
+                let to = (at + src.len() as u64).min(hi);
+                if from < to {
+                    let (s, d) = ((from - at) as usize, (from - lo) as usize);
+                    let len = (to - from) as usize;
+                    half[d..d + len].copy_from_slice(&src[s..s + len]);
+                }
+            }
+            let stream = stage.streams[h];
+            let src = &stage.half(h)[..n];
+            // SAFETY: `src` is pinned staging memory this thread holds until
+            // the stream is synchronized; the driver checks the device range.
+            let sent = call("cuMemcpyHtoDAsync", || unsafe {
+                result::memcpy_htod_async(lo, src, stream)
+            });
+            if let Err(e) = sent {
+                let _ = (stage.sync(0), stage.sync(1));
+                return Err(e);
+            }
+        }
+        let a = stage.sync(0);
+        let b = stage.sync(1);
+        a.and(b)
+    }
+}
+
+impl DeviceMemory for CudaCopies {
+    fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+        if self.device.bind().is_err() {
+            (0..copies.len()).for_each(|k| {
+                failed(
+                    k,
+                    CopyError {
+                        what: "cuCtxSetCurrent",
+                        code: -1,
+                    },
+                )
+            });
+            return;
+        }
+        let ranges: Vec<(u64, usize)> = copies.iter().map(|(a, d)| (*a, d.len())).collect();
+        let spans = Self::spans(&ranges, Some(MERGE_GAP_BYTES));
+        let mut stage = match self.take() {
+            Ok(s) => s,
+            Err(e) => return (0..copies.len()).for_each(|k| failed(k, e)),
+        };
+        for span in &spans {
+            if Self::read_span(&mut stage, span, copies).is_ok() {
+                continue;
+            }
+            // Slice by slice: only a bad one fails.
+            for &k in &span.members {
+                let one = Span {
+                    start: ranges[k].0,
+                    end: ranges[k].0 + ranges[k].1 as u64,
+                    members: vec![k],
+                };
+                if let Err(e) = Self::read_span(&mut stage, &one, copies) {
+                    failed(k, e);
+                }
+            }
+        }
+        self.give(stage);
+    }
+
+    fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+        if self.device.bind().is_err() {
+            (0..copies.len()).for_each(|k| {
+                failed(
+                    k,
+                    CopyError {
+                        what: "cuCtxSetCurrent",
+                        code: -1,
+                    },
+                )
+            });
+            return;
+        }
+        let ranges: Vec<(u64, usize)> = copies.iter().map(|(a, s)| (*a, s.len())).collect();
+        let spans = Self::spans(&ranges, None);
+        let mut stage = match self.take() {
+            Ok(s) => s,
+            Err(e) => return (0..copies.len()).for_each(|k| failed(k, e)),
+        };
+        for span in &spans {
+            if Self::write_span(&mut stage, span, copies).is_ok() {
+                continue;
+            }
+            for &k in &span.members {
+                let one = Span {
+                    start: ranges[k].0,
+                    end: ranges[k].0 + ranges[k].1 as u64,
+                    members: vec![k],
+                };
+                if let Err(e) = Self::write_span(&mut stage, &one, copies) {
+                    failed(k, e);
+                }
+            }
+        }
+        self.give(stage);
+    }
+}

@@ -1,0 +1,84 @@
+//! Direct copies between the device's memory and the host: the interface a
+//! backend implements so that a server can fetch a lane's `&[T]` argument,
+//! and store its `&mut [T]` out-buffer, by address instead of through the
+//! port's 64-byte packets (see [the direct path](crate::call#the-direct-path)).
+//!
+//! A [`Server`](crate::protocol::Server) is given one with
+//! [`Server::with_memory`](crate::protocol::Server::with_memory). The CUDA
+//! backend's copies run on the copy engine while the kernel runs; the CPU
+//! backend's read its own process's memory. A server without one refuses
+//! direct lanes (each with an error naming the lane); clients only use the
+//! direct path where their backend serves it.
+//!
+//! Addresses come from the device and are not trusted: an implementation
+//! checks each copy (the driver refuses an address it did not map, the
+//! kernel one the process did not), reports it through `failed`, and goes on
+//! with the others.
+
+/// Why one direct copy failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopyError {
+    /// What failed (`"cuMemcpyDtoHAsync"`, `"process_vm_readv"`, ...).
+    pub what: &'static str,
+    /// The driver's or the OS's error code (0 if none).
+    pub code: i64,
+}
+
+impl core::fmt::Display for CopyError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{} failed (error {})", self.what, self.code)
+    }
+}
+
+/// Device memory a server can copy to and from directly.
+///
+/// Both methods take a whole call's copies at once, so an implementation can
+/// merge neighbours (a warp's lanes often pass adjacent slices of one
+/// buffer) and wait once for all of them. Each copy that fails is reported
+/// as `failed(k, why)` (`k` its index); every other copy is complete when the
+/// method returns.
+///
+/// ```
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::device_memory::{CopyError, DeviceMemory};
+/// /// A device whose memory is one host array at address 0x1000.
+/// struct Array(std::sync::Mutex<Vec<u8>>);
+/// impl Array {
+///     fn range(&self, at: u64, len: usize) -> Option<std::ops::Range<usize>> {
+///         let start = at.checked_sub(0x1000)? as usize;
+///         (start + len <= self.0.lock().unwrap().len()).then(|| start..start + len)
+///     }
+/// }
+/// const OUT: CopyError = CopyError { what: "array bounds", code: 0 };
+/// impl DeviceMemory for Array {
+///     fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+///         for (k, (at, dst)) in copies.iter_mut().enumerate() {
+///             match self.range(*at, dst.len()) {
+///                 Some(r) => dst.copy_from_slice(&self.0.lock().unwrap()[r]),
+///                 None => failed(k, OUT),
+///             }
+///         }
+///     }
+///     fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+///         for (k, (at, src)) in copies.iter().enumerate() {
+///             match self.range(*at, src.len()) {
+///                 Some(r) => self.0.lock().unwrap()[r].copy_from_slice(src),
+///                 None => failed(k, OUT),
+///             }
+///         }
+///     }
+/// }
+/// let mem = Array(std::sync::Mutex::new((0..64).collect()));
+/// let mut buf = [0u8; 4];
+/// let mut bad = Vec::new();
+/// mem.read(&mut [(0x1002, &mut buf[..])], &mut |k, e| bad.push((k, e)));
+/// assert_eq!((buf, bad.len()), ([2, 3, 4, 5], 0));
+/// mem.write(&[(0x2000, &[1u8][..])], &mut |k, e| bad.push((k, e)));
+/// assert_eq!(bad, [(0, OUT)]);
+/// ```
+pub trait DeviceMemory: Sync {
+    /// Fill each `copies[k].1` from the device bytes at address `copies[k].0`.
+    fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, CopyError));
+    /// Store each `copies[k].1` at device address `copies[k].0`.
+    fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, CopyError));
+}
