@@ -60,6 +60,12 @@ if [ -x "$dir/gpu-run" ]; then
   step "gpu-run reading a host file from the kernel (first line of the PTX itself), then a missing one"
   expect 0 "$dir/gpu-run" --kernel file_demo_kernel "$dir/kernels.ptx" "$dir/kernels.ptx"
   expect 0 "$dir/gpu-run" --kernel file_demo_kernel "$dir/kernels.ptx" /nonexistent/file
+  step "gpu-run: one warp writes 1 GiB to a host file in 1 MiB slices and reads it back, every word checked (exit code 0); then the host alone writing 1 GiB (dd, same file system) for comparison"
+  bulk=$(mktemp -d /tmp/gpu-run-bulk.XXXXXX)
+  expect 0 "$dir/gpu-run" --threads 32 --allow-write "$bulk" --allow-read "$bulk" --kernel file_bulk_kernel "$dir/kernels.ptx" "$bulk/file.bin"
+  ls -l "$bulk/file.bin"
+  dd if=/dev/zero of="$bulk/dd.bin" bs=64M count=16 2>&1 | tail -1
+  rm -rf "$bulk"
 fi
 
 if [ "$bench" = 1 ]; then

@@ -518,6 +518,7 @@ fn lying_inline_streams_are_refused() {
 fn lying_direct_addresses_are_refused() {
     use gpu_rpc::call::len_word;
     use gpu_rpc::cpu::ProcessMemory;
+    use gpu_rpc::device_memory::{CopyError, DeviceMemory};
     let dispatcher = || {
         let mut d = Dispatcher::new(ServerConfig {
             log_errors: false,
@@ -526,94 +527,108 @@ fn lying_direct_addresses_are_refused() {
         d.add(RelServer(Arc::new(Host::default()))).unwrap();
         d
     };
-    let d = dispatcher();
-    let region = Region::new(Layout::new(1, 2).unwrap());
-    let dev = raw_device(&region);
-    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
-    let mut out = vec![0u8; 3000];
-    // Play one call: the frame, then one packet per lane (an address), then
-    // wait for the reply.
-    let call = |opcode: u32, word: u64, blocks: [Vec<u8>; 2], addrs: [u64; 2]| {
-        dev.inject(
-            0,
-            opcode,
-            0b11,
-            &[(0, frame(word, &blocks[0])), (1, frame(word, &blocks[1]))],
-        );
-        while !dev.owned(0) {
-            std::hint::spin_loop();
+    // The same with memory the server may borrow for the call (the
+    // process's `lend`), and with none (its own buffers).
+    struct NoLoans;
+    impl DeviceMemory for NoLoans {
+        fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+            ProcessMemory.read(copies, failed)
         }
-        let packet = |a: u64| {
-            let mut b = Buffer::default();
-            b.data[0] = a;
-            b
-        };
-        dev.write(0, 0, &packet(addrs[0]));
-        dev.write(0, 1, &packet(addrs[1]));
-        dev.flip(0);
-        while !dev.owned(0) {
-            std::hint::spin_loop();
+        fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+            ProcessMemory.write(copies, failed)
         }
-        [dev.status(0, 0), dev.status(0, 1)]
-    };
-    let stop = AtomicBool::new(false);
-    let server = region.server().with_memory(&ProcessMemory);
-    std::thread::scope(|s| {
-        let (d, stop, server) = (&d, &stop, &server);
-        let served = s.spawn(move || d.serve_until(server, 0, 1, stop));
-        // `sum`: lane 0 honest, lane 1 at page 0.
-        let len = len_word(data.len() as u64, true).to_le_bytes().to_vec();
-        let word = RelRpc::SUM.frame_word().pack();
-        let st = call(RelRpc::SUM.opcode, word, [len.clone(), len], [data.as_ptr() as u64, 16]);
-        assert_eq!(st, [Status::Ok, Status::InvalidArgument]);
-        assert_eq!(dev.read(0, 0).data[1], data.iter().map(|&b| b as u64).sum::<u64>());
-        // `fill(seed, out)`: lane 1's out-buffer at page 0. The block is the
-        // out-buffer's length word, then the seed.
-        let mut block = len_word(out.len() as u64, true).to_le_bytes().to_vec();
-        block.push(9);
-        let word = RelRpc::FILL.frame_word().pack();
-        let st = call(
-            RelRpc::FILL.opcode,
-            word,
-            [block.clone(), block],
-            [out.as_mut_ptr() as u64, 64],
-        );
-        assert_eq!(st, [Status::Ok, Status::InvalidArgument]);
-        stop.store(true, Ordering::Release);
-        served.join().unwrap().unwrap();
-    });
-    // The honest lane's out-buffer was stored at its address.
-    assert!(
-        out.iter().enumerate().all(|(i, &b)| b == 9u8.wrapping_add(i as u8)),
-        "{:?}",
-        &out[..8]
-    );
-    let errors = d.errors();
-    assert_eq!(errors.len(), 2, "{errors:?}");
-    for e in &errors {
-        assert_eq!((e.port, e.lane, e.status), (0, Some(1), Status::InvalidArgument));
     }
-    assert_has(
-        &errors[0].to_string(),
-        &[
-            "streamed argument 0",
-            "direct copy of 4096 bytes from 0x10",
-            "process_vm_readv",
-            "Rel::sum",
-            "port 0, lane 1",
-        ],
-    );
-    assert_has(
-        &errors[1].to_string(),
-        &[
-            "out-buffer 0",
-            "direct copy of 3000 bytes to 0x40",
-            "process_vm_writev",
-            "Rel::fill",
-        ],
-    );
+    for memory in [&ProcessMemory as &dyn DeviceMemory, &NoLoans] {
+        let d = dispatcher();
+        let region = Region::new(Layout::new(1, 2).unwrap());
+        let dev = raw_device(&region);
+        let data: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+        let mut out = vec![0u8; 3000];
+        // Play one call: the frame, then one packet per lane (an address), then
+        // wait for the reply.
+        let call = |opcode: u32, word: u64, blocks: [Vec<u8>; 2], addrs: [u64; 2]| {
+            dev.inject(
+                0,
+                opcode,
+                0b11,
+                &[(0, frame(word, &blocks[0])), (1, frame(word, &blocks[1]))],
+            );
+            while !dev.owned(0) {
+                std::hint::spin_loop();
+            }
+            let packet = |a: u64| {
+                let mut b = Buffer::default();
+                b.data[0] = a;
+                b
+            };
+            dev.write(0, 0, &packet(addrs[0]));
+            dev.write(0, 1, &packet(addrs[1]));
+            dev.flip(0);
+            while !dev.owned(0) {
+                std::hint::spin_loop();
+            }
+            [dev.status(0, 0), dev.status(0, 1)]
+        };
+        let stop = AtomicBool::new(false);
+        let server = region.server().with_memory(memory);
+        std::thread::scope(|s| {
+            let (d, stop, server) = (&d, &stop, &server);
+            let served = s.spawn(move || d.serve_until(server, 0, 1, stop));
+            // `sum`: lane 0 honest, lane 1 at page 0.
+            let len = len_word(data.len() as u64, true).to_le_bytes().to_vec();
+            let word = RelRpc::SUM.frame_word().pack();
+            let st = call(RelRpc::SUM.opcode, word, [len.clone(), len], [data.as_ptr() as u64, 16]);
+            assert_eq!(st, [Status::Ok, Status::InvalidArgument]);
+            assert_eq!(dev.read(0, 0).data[1], data.iter().map(|&b| b as u64).sum::<u64>());
+            // `fill(seed, out)`: lane 1's out-buffer at page 0. The block is the
+            // out-buffer's length word, then the seed.
+            let mut block = len_word(out.len() as u64, true).to_le_bytes().to_vec();
+            block.push(9);
+            let word = RelRpc::FILL.frame_word().pack();
+            let st = call(
+                RelRpc::FILL.opcode,
+                word,
+                [block.clone(), block],
+                [out.as_mut_ptr() as u64, 64],
+            );
+            assert_eq!(st, [Status::Ok, Status::InvalidArgument]);
+            stop.store(true, Ordering::Release);
+            served.join().unwrap().unwrap();
+        });
+        // The honest lane's out-buffer was stored at its address.
+        assert!(
+            out.iter().enumerate().all(|(i, &b)| b == 9u8.wrapping_add(i as u8)),
+            "{:?}",
+            &out[..8]
+        );
+        let errors = d.errors();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        for e in &errors {
+            assert_eq!((e.port, e.lane, e.status), (0, Some(1), Status::InvalidArgument));
+        }
+        assert_has(
+            &errors[0].to_string(),
+            &[
+                "streamed argument 0",
+                "direct copy of 4096 bytes from 0x10",
+                "process_vm_readv",
+                "Rel::sum",
+                "port 0, lane 1",
+            ],
+        );
+        assert_has(
+            &errors[1].to_string(),
+            &[
+                "out-buffer 0",
+                "direct copy of 3000 bytes to 0x40",
+                "process_vm_writev",
+                "Rel::fill",
+            ],
+        );
+    }
 
     // A server without device memory refuses direct lanes and goes on.
+    let data = vec![1u8; 4096];
     let d = dispatcher();
     let region = Region::new(Layout::new(1, 1).unwrap());
     let dev = raw_device(&region);

@@ -81,4 +81,79 @@ pub trait DeviceMemory: Sync {
     fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, CopyError));
     /// Store each `copies[k].1` at device address `copies[k].0`.
     fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, CopyError));
+    /// Lend `bytes` of host memory for one call's direct slices, memory
+    /// that [`read`](Self::read) and [`write`](Self::write) move at the
+    /// bus's full speed (on a GPU: page-locked, so a slice goes to or from
+    /// it with no staging copy). `None` (the default) when the backend has
+    /// none to lend: the server then uses its own buffers.
+    #[cfg(feature = "std")]
+    fn lend(&self, bytes: usize) -> Option<Lent<'_>> {
+        let _ = bytes;
+        None
+    }
+}
+
+/// Host memory a [`DeviceMemory`] lent for one call ([`DeviceMemory::lend`]):
+/// bytes to read and write as a slice, given back when dropped.
+#[cfg(feature = "std")]
+pub struct Lent<'m> {
+    ptr: core::ptr::NonNull<u8>,
+    len: usize,
+    back: Option<std::boxed::Box<dyn FnOnce() + 'm>>,
+}
+
+#[cfg(feature = "std")]
+impl<'m> Lent<'m> {
+    /// `len` bytes at `ptr`, lent until dropped, when `back` runs.
+    ///
+    /// ```
+    /// # use rpc_runtime as gpu_rpc;
+    /// use gpu_rpc::device_memory::Lent;
+    /// let mut store = vec![0u8; 16];
+    /// let ptr = std::ptr::NonNull::new(store.as_mut_ptr()).unwrap();
+    /// let returned = std::cell::Cell::new(false);
+    /// // SAFETY: `store` outlives the loan and nothing else touches it.
+    /// let mut lent = unsafe { Lent::new(ptr, 16, Box::new(|| returned.set(true))) };
+    /// lent[3] = 7;
+    /// drop(lent);
+    /// assert!(returned.get());
+    /// assert_eq!(store[3], 7);
+    /// ```
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads and writes of `len` bytes, and used by
+    /// nothing else, until `back` has run.
+    pub unsafe fn new(ptr: core::ptr::NonNull<u8>, len: usize, back: std::boxed::Box<dyn FnOnce() + 'm>) -> Lent<'m> {
+        Lent {
+            ptr,
+            len,
+            back: Some(back),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl core::ops::Deref for Lent<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `new`'s contract: `len` bytes, ours until dropped.
+        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+#[cfg(feature = "std")]
+impl core::ops::DerefMut for Lent<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, borrowed uniquely through `self`.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+#[cfg(feature = "std")]
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        if let Some(back) = self.back.take() {
+            back();
+        }
+    }
 }

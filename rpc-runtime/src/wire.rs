@@ -82,6 +82,10 @@ pub trait Wire: Sized {
         None
     }
     /// The raw bytes of a mutable slice when they are exactly its encoding.
+    /// `Some` only for types whose every byte pattern is a valid value
+    /// (whatever is written through the bytes leaves valid elements); the
+    /// server relies on it to zero such out-buffers a byte-wise pass at a
+    /// time.
     #[inline(always)]
     fn slice_as_bytes_mut(_items: &mut [Self]) -> Option<&mut [u8]> {
         None

@@ -4,7 +4,9 @@
 //! kernel checks every address: one the process has not mapped (a lying or
 //! stale pointer) fails with `EFAULT` instead of faulting the server.
 
-use crate::device_memory::{CopyError, DeviceMemory};
+use std::ptr::NonNull;
+
+use crate::device_memory::{CopyError, DeviceMemory, Lent};
 
 /// This process's memory, as the CPU backend's server copies direct slices
 /// (see [the direct path](crate::call#the-direct-path)).
@@ -77,6 +79,22 @@ impl DeviceMemory for ProcessMemory {
                 failed(k, e);
             }
         }
+    }
+
+    /// Ordinary heap memory (the CPU has no faster kind), so the CPU tests
+    /// run the server's lent-memory path.
+    fn lend(&self, bytes: usize) -> Option<Lent<'_>> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(bytes).ok()?;
+        v.resize(bytes, 0u8);
+        let raw = Box::into_raw(v.into_boxed_slice());
+        // SAFETY: `raw` came from `Box::into_raw` just above.
+        let ptr = NonNull::new(unsafe { (*raw).as_mut_ptr() })?;
+        // SAFETY: the box is rebuilt once, when the loan ends.
+        let back = Box::new(move || drop(unsafe { Box::from_raw(raw) }));
+        // SAFETY: the `bytes` bytes are the loan's alone until `back` frees
+        // them.
+        Some(unsafe { Lent::new(ptr, bytes, back) })
     }
 
     fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, CopyError)) {

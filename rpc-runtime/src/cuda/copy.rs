@@ -13,7 +13,12 @@
 //! all taken waits for one (a stage is held only for the copies of one call,
 //! never while waiting for anything else, so this cannot deadlock).
 //!
-//! A call's copies are sorted by address; neighbours in one allocation
+//! The server can also borrow pinned memory for a whole call
+//! ([`DeviceMemory::lend`], from the same budget): a slice of
+//! [`MERGE_MAX_BYTES`] or more that lands in it, or leaves from it, moves
+//! between the device and it directly, with no staging copy at all.
+//!
+//! A call's other copies are sorted by address; neighbours in one allocation
 //! (`cuMemGetAddressRange`) are merged into one transfer, reading across gaps
 //! of up to [`MERGE_GAP_BYTES`] (a warp's lanes usually pass adjacent slices
 //! of one buffer: one transfer instead of 32). Writes merge only slices that
@@ -36,6 +41,11 @@ pub const DEFAULT_STAGING_BYTES: usize = 64 << 20;
 /// Largest gap between two slices of one allocation that a merged read
 /// transfers too.
 pub const MERGE_GAP_BYTES: u64 = 64 << 10;
+
+/// Slices this long or longer are transferred on their own, never merged:
+/// alone they already keep the bus busy, and into or out of lent memory
+/// they need no staging copy.
+pub const MERGE_MAX_BYTES: usize = 256 << 10;
 
 /// Pinned staging memory and two streams: what a server thread holds while
 /// it copies one call's slices.
@@ -116,10 +126,60 @@ fn call<T>(what: &'static str, f: impl FnOnce() -> Result<T, DriverError>) -> Re
     }
 }
 
-/// The stages of one region's copies.
+/// Pinned memory lent to a server for one call ([`DeviceMemory::lend`]).
+struct Arena {
+    host: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: as for `Stage`: an owned pinned allocation, used by one thread at
+// a time.
+unsafe impl Send for Arena {}
+
+impl Arena {
+    fn new(len: usize) -> Result<Arena, CopyError> {
+        // SAFETY: allocates host memory; no pointer is read.
+        let host = call("cuMemHostAlloc", || unsafe {
+            result::malloc_host(len, sys::CU_MEMHOSTALLOC_PORTABLE)
+        })?;
+        let host = NonNull::new(host.cast::<u8>()).ok_or(CopyError {
+            what: "cuMemHostAlloc returned null",
+            code: 0,
+        })?;
+        Ok(Arena { host, len })
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: the arena's own pinned allocation, no longer lent.
+        let _ = call("cuMemFreeHost", || unsafe {
+            result::free_host(self.host.as_ptr().cast())
+        });
+    }
+}
+
+/// The stages and arenas of one region's copies.
 struct Pool {
     idle: Vec<Stage>,
     made: usize,
+    /// Arenas not lent now.
+    arenas: Vec<Arena>,
+    /// Bytes of every arena, lent or not.
+    arena_bytes: usize,
+    /// The address ranges lent now: copies to or from them need no stage.
+    lent: Vec<(usize, usize)>,
+}
+
+impl Pool {
+    fn bytes(&self) -> usize {
+        self.made * 2 * STAGE_HALF_BYTES + self.arena_bytes
+    }
+
+    /// Whether `[p, p + len)` lies in memory lent now (page-locked).
+    fn is_lent(&self, p: usize, len: usize) -> bool {
+        self.lent.iter().any(|&(a, b)| a <= p && p + len <= b)
+    }
 }
 
 /// The direct copies of one [`CudaRegion`]'s server (see the module docs);
@@ -155,6 +215,9 @@ impl CudaCopies {
             pool: Mutex::new(Pool {
                 idle: Vec::new(),
                 made: 0,
+                arenas: Vec::new(),
+                arena_bytes: 0,
+                lent: Vec::new(),
             }),
             freed: Condvar::new(),
         }
@@ -171,7 +234,9 @@ impl CudaCopies {
             if let Some(s) = pool.idle.pop() {
                 return Ok(s);
             }
-            if pool.made == 0 || (pool.made + 1) * 2 * STAGE_HALF_BYTES <= self.limit {
+            // One stage is always allowed, so a thread holding lent memory
+            // never waits for a stage nobody can make.
+            if pool.made == 0 || pool.bytes() + 2 * STAGE_HALF_BYTES <= self.limit {
                 pool.made += 1;
                 drop(pool);
                 let made = Stage::new();
@@ -208,10 +273,12 @@ impl CudaCopies {
         order.sort_by_key(|&k| ranges[k].0);
         let mut spans: Vec<Span> = Vec::new();
         let mut alloc_end = None;
+        let mut mergeable = false;
         for k in order {
             let (at, len) = ranges[k];
             let end = at.saturating_add(len as u64);
-            if let Some(s) = spans.last_mut() {
+            let small = len < MERGE_MAX_BYTES;
+            if let (Some(s), true, true) = (spans.last_mut(), mergeable, small) {
                 let near = match gap {
                     Some(g) => at <= s.end.saturating_add(g),
                     None => at == s.end,
@@ -222,7 +289,8 @@ impl CudaCopies {
                     continue;
                 }
             }
-            alloc_end = Self::allocation_end(at);
+            alloc_end = if small { Self::allocation_end(at) } else { None };
+            mergeable = small;
             spans.push(Span {
                 start: at,
                 end,
@@ -230,6 +298,35 @@ impl CudaCopies {
             });
         }
         spans
+    }
+
+    /// Split `spans` into those whose members' host buffers (`hosts[k]`,
+    /// `ranges[k].1` bytes) lie in lent memory at one offset from their
+    /// device addresses (so the span moves in one transfer, with no staging
+    /// copy; returned with the span's host address) and the others.
+    fn direct_spans<'s>(
+        &self,
+        spans: &'s [Span],
+        ranges: &[(u64, usize)],
+        hosts: &[usize],
+    ) -> (Vec<(&'s Span, usize)>, Vec<&'s Span>) {
+        let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut direct, mut staged) = (Vec::new(), Vec::new());
+        for sp in spans {
+            let k0 = sp.members[0];
+            let delta = hosts[k0].wrapping_sub(ranges[k0].0 as usize);
+            let uniform = sp
+                .members
+                .iter()
+                .all(|&k| hosts[k].wrapping_sub(ranges[k].0 as usize) == delta);
+            let host = (sp.start as usize).wrapping_add(delta);
+            if uniform && pool.is_lent(host, (sp.end - sp.start) as usize) {
+                direct.push((sp, host));
+            } else {
+                staged.push(sp);
+            }
+        }
+        (direct, staged)
     }
 
     /// Read one span through `stage`, scattering it into the members'
@@ -342,7 +439,30 @@ impl DeviceMemory for CudaCopies {
             Ok(s) => s,
             Err(e) => return (0..copies.len()).for_each(|k| failed(k, e)),
         };
-        for span in &spans {
+        // Spans that land in lent memory as laid out on the device: straight
+        // from the device, no staging copy.
+        let hosts: Vec<usize> = copies.iter().map(|(_, d)| d.as_ptr() as usize).collect();
+        let (direct, staged) = self.direct_spans(&spans, &ranges, &hosts);
+        let mut queued = Vec::new();
+        for (n, (span, host)) in direct.iter().enumerate() {
+            let stream = stage.streams[n % 2];
+            let len = (span.end - span.start) as usize;
+            // SAFETY: `[host, host + len)` is lent pinned memory, the members'
+            // buffers (borrowed mutably by `copies` until this method returns,
+            // after the streams are synchronized below); the driver checks
+            // the device range.
+            let sent = call("cuMemcpyDtoHAsync", || unsafe {
+                sys::cuMemcpyDtoHAsync_v2(*host as *mut c_void, span.start, len, stream).result()
+            });
+            match sent {
+                Ok(()) => queued.push(*span),
+                Err(e) => span.members.iter().for_each(|&k| failed(k, e)),
+            }
+        }
+        if let Err(e) = stage.sync(0).and(stage.sync(1)) {
+            queued.iter().flat_map(|sp| &sp.members).for_each(|&k| failed(k, e));
+        }
+        for span in staged {
             if Self::read_span(&mut stage, span, copies).is_ok() {
                 continue;
             }
@@ -380,7 +500,29 @@ impl DeviceMemory for CudaCopies {
             Ok(s) => s,
             Err(e) => return (0..copies.len()).for_each(|k| failed(k, e)),
         };
-        for span in &spans {
+        // Spans that leave from lent memory laid out as on the device:
+        // straight to the device.
+        let hosts: Vec<usize> = copies.iter().map(|(_, s)| s.as_ptr() as usize).collect();
+        let (direct, staged) = self.direct_spans(&spans, &ranges, &hosts);
+        let mut queued = Vec::new();
+        for (n, (span, host)) in direct.iter().enumerate() {
+            let stream = stage.streams[n % 2];
+            let len = (span.end - span.start) as usize;
+            // SAFETY: `[host, host + len)` is lent pinned memory holding the
+            // members' bytes (borrowed by `copies` until this method returns,
+            // after the streams are synchronized below).
+            let sent = call("cuMemcpyHtoDAsync", || unsafe {
+                sys::cuMemcpyHtoDAsync_v2(span.start, *host as *const c_void, len, stream).result()
+            });
+            match sent {
+                Ok(()) => queued.push(*span),
+                Err(e) => span.members.iter().for_each(|&k| failed(k, e)),
+            }
+        }
+        if let Err(e) = stage.sync(0).and(stage.sync(1)) {
+            queued.iter().flat_map(|sp| &sp.members).for_each(|&k| failed(k, e));
+        }
+        for span in staged {
             if Self::write_span(&mut stage, span, copies).is_ok() {
                 continue;
             }
@@ -396,5 +538,53 @@ impl DeviceMemory for CudaCopies {
             }
         }
         self.give(stage);
+    }
+
+    fn lend(&self, bytes: usize) -> Option<crate::device_memory::Lent<'_>> {
+        // Whole MiBs, so arenas are reused across calls of similar size; at
+        // most half the limit, so stages and another thread's loan fit too.
+        let need = bytes.max(1).next_multiple_of(1 << 20);
+        if need > self.limit / 2 {
+            return None;
+        }
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let found = (0..pool.arenas.len())
+            .filter(|&i| pool.arenas[i].len >= need)
+            .min_by_key(|&i| pool.arenas[i].len);
+        let arena = match found {
+            Some(i) => pool.arenas.swap_remove(i),
+            None => {
+                // Make room by freeing idle arenas, largest first.
+                pool.arenas.sort_by_key(|a| a.len);
+                while pool.bytes() + need > self.limit {
+                    let a = pool.arenas.pop()?;
+                    pool.arena_bytes -= a.len;
+                }
+                pool.arena_bytes += need;
+                drop(pool);
+                let made = Arena::new(need);
+                pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+                match made {
+                    Ok(a) => a,
+                    Err(_) => {
+                        pool.arena_bytes -= need;
+                        return None;
+                    }
+                }
+            }
+        };
+        let (ptr, len) = (arena.host, arena.len);
+        pool.lent.push((ptr.as_ptr() as usize, ptr.as_ptr() as usize + len));
+        drop(pool);
+        let back = Box::new(move || {
+            let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            pool.lent.retain(|&(a, _)| a != arena.host.as_ptr() as usize);
+            pool.arenas.push(arena);
+            drop(pool);
+            self.freed.notify_one();
+        });
+        // SAFETY: the arena's `len` bytes are this loan's alone: it left the
+        // pool's idle list and returns to it only when `back` runs.
+        Some(unsafe { crate::device_memory::Lent::new(ptr, len, back) })
     }
 }

@@ -3,9 +3,16 @@
 //! out-buffers stored on the device before the reply. The frame's packets
 //! around them are `serve_call.rs`'s; the copies themselves the backend's
 //! [`DeviceMemory`].
+//!
+//! Where the backend lends memory for the call ([`DeviceMemory::lend`]:
+//! page-locked, on a GPU), the inputs land in it and the host method reads
+//! them there, and out-buffers are stored there for the copy back: one
+//! transfer each way and no host copy. Otherwise inputs land in the
+//! thread's scratch buffers and out-buffers leave from the call's.
 
 use super::serve_call::{direct_of, lens_of};
 use super::*;
+use crate::device_memory::Lent;
 
 /// Device addresses of a call's direct streams and out-buffers, per lane.
 pub(super) type Addresses = [[u64; MAX_IN_STREAMS + MAX_OUT_STREAMS]; MAX_LANES as usize];
@@ -13,31 +20,96 @@ pub(super) type Addresses = [[u64; MAX_IN_STREAMS + MAX_OUT_STREAMS]; MAX_LANES 
 /// Refuse one lane: `(lane, status, argument index, message)`.
 pub(super) type Refuse<'r> = dyn FnMut(u32, Status, u32, String) + 'r;
 
+/// The memory a call borrowed for its direct slices, and where each lies.
+pub(super) struct Loan<'m> {
+    lent: Lent<'m>,
+    slots: Vec<Slot>,
+}
+
+/// One direct slice's place in a [`Loan`].
+struct Slot {
+    lane: u32,
+    /// The stream's index, or `n_in + j` for out-buffer `j`.
+    index: usize,
+    at: usize,
+    len: usize,
+    /// An out-buffer's bytes are in place (stored by `set_out`).
+    filled: bool,
+}
+
+impl Loan<'_> {
+    fn slot(&self, lane: u32, index: usize) -> Option<usize> {
+        self.slots.iter().position(|s| s.lane == lane && s.index == index)
+    }
+
+    /// Direct input `index` of `lane`, if it lies in the loan.
+    pub(super) fn input(&self, lane: u32, index: usize) -> Option<&[u8]> {
+        let s = &self.slots[self.slot(lane, index)?];
+        Some(&self.lent[s.at..s.at + s.len])
+    }
+
+    /// Store `bytes` as the out-buffer `index` of `lane` if its place in the
+    /// loan has that length; `false` if it has none.
+    pub(super) fn store_out(&mut self, lane: u32, index: usize, bytes: &[u8]) -> bool {
+        let Some(k) = self.slot(lane, index) else { return false };
+        let s = &mut self.slots[k];
+        if s.len != bytes.len() {
+            return false;
+        }
+        s.filled = true;
+        let at = s.at;
+        self.lent[at..at + bytes.len()].copy_from_slice(bytes);
+        true
+    }
+
+    /// Bytes of `lane`'s out-buffers stored in the loan.
+    pub(super) fn out_bytes(&self, lane: u32) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.lane == lane && s.filled)
+            .map(|s| s.len)
+            .sum()
+    }
+
+    fn stored_out(&self, lane: u32, index: usize) -> Option<&[u8]> {
+        let s = &self.slots[self.slot(lane, index)?];
+        s.filled.then(|| &self.lent[s.at..s.at + s.len])
+    }
+}
+
 impl Dispatcher {
-    /// Fetch the direct inputs of the lanes `ok` (those still `Ok`) into
-    /// `streams`, with one [`DeviceMemory::read`] for the whole call.
+    /// Fetch the direct inputs of the lanes `ok` (those still `Ok`), with
+    /// one [`DeviceMemory::read`] for the whole call: into memory the
+    /// backend lends for the call (returned, with room for the direct
+    /// out-buffers of `out_sizes`' elements too), or else into `streams`.
     /// The lengths were checked against the limits already; a lane whose
     /// buffer cannot be allocated, or whose copy fails, or that this server
     /// cannot copy for (no `memory`), is refused naming the argument.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn copy_in(
+    pub(super) fn copy_in<'m>(
         &self,
         ok: u64,
         n_in: usize,
+        out_sizes: &[u32],
         blocks: &[Vec<u8>],
         addrs: &Addresses,
-        memory: Option<&dyn DeviceMemory>,
+        memory: Option<&'m dyn DeviceMemory>,
         streams: &mut [Vec<Vec<u8>>],
         refuse: &mut Refuse<'_>,
-    ) {
+    ) -> Option<Loan<'m>> {
         let mut wanted: Vec<(u32, usize)> = Vec::new();
+        let mut outs: Vec<(u32, usize)> = Vec::new();
         for lane in iter_lanes(ok) {
-            for i in (0..n_in).filter(|&i| direct_of(&blocks[lane as usize], i)) {
-                wanted.push((lane, i));
-            }
+            let block = &blocks[lane as usize];
+            wanted.extend((0..n_in).filter(|&i| direct_of(block, i)).map(|i| (lane, i)));
+            outs.extend(
+                (0..out_sizes.len())
+                    .filter(|&j| direct_of(block, n_in + j))
+                    .map(|j| (lane, n_in + j)),
+            );
         }
-        if wanted.is_empty() {
-            return;
+        if wanted.is_empty() && outs.is_empty() {
+            return None;
         }
         let Some(memory) = memory else {
             for (lane, i) in wanted {
@@ -48,52 +120,97 @@ impl Dispatcher {
                 );
                 refuse(lane, Status::InvalidArgument, i as u32, message);
             }
-            return;
+            return None;
         };
-        // Size each buffer; `len <= max_stream_bytes`, checked before.
-        let mut copyable = Vec::with_capacity(wanted.len());
-        for (lane, i) in wanted {
-            let len = lens_of(&blocks[lane as usize], i) as usize;
-            let s = &mut streams[lane as usize][i];
-            s.clear();
-            if s.try_reserve_exact(len).is_err() {
-                let message = format!("streamed argument {i} of {len} bytes: the host could not allocate it");
-                refuse(lane, Status::TooLarge, i as u32, message);
-                continue;
+        let len_of = |lane: u32, index: usize| {
+            let n = lens_of(&blocks[lane as usize], index) as usize;
+            match index.checked_sub(n_in) {
+                Some(j) => n * out_sizes[j] as usize,
+                None => n,
             }
-            s.resize(len, 0);
-            copyable.push((lane, i));
+        };
+        // Every direct slice of the call in one loan, packed in lane order
+        // (the host reads them as bytes: no alignment needed), so a warp's
+        // adjacent slices are adjacent in the loan too and move in one
+        // transfer; `len <= max_stream_bytes`.
+        let mut slots = Vec::with_capacity(wanted.len() + outs.len());
+        let mut at = 0usize;
+        for &(lane, index) in wanted.iter().chain(&outs) {
+            let len = len_of(lane, index);
+            slots.push(Slot {
+                lane,
+                index,
+                at,
+                len,
+                filled: false,
+            });
+            at += len;
         }
-        // One read for the whole call: the backend may merge neighbours.
-        // `copyable` is in lane order, then stream order.
         let mut failed = Vec::new();
-        let mut who = Vec::with_capacity(copyable.len());
-        {
-            let mut copies: Vec<(u64, &mut [u8])> = Vec::with_capacity(copyable.len());
-            let mut want = copyable.iter().peekable();
-            for (lane, lane_streams) in streams.iter_mut().enumerate() {
-                for (i, s) in lane_streams.iter_mut().enumerate() {
-                    if let Some(&(l, i)) = want.next_if(|&&(l, k)| l as usize == lane && k == i) {
-                        copies.push((addrs[lane][i], s.as_mut_slice()));
-                        who.push((l, i));
+        let loan = match memory.lend(at) {
+            Some(mut lent) => {
+                let mut copies: Vec<(u64, &mut [u8])> = Vec::with_capacity(wanted.len());
+                let mut rest: &mut [u8] = &mut lent;
+                let mut offset = 0;
+                for s in slots.iter().take(wanted.len()) {
+                    let (_, tail) = std::mem::take(&mut rest).split_at_mut(s.at - offset);
+                    let (mine, tail) = tail.split_at_mut(s.len);
+                    copies.push((addrs[s.lane as usize][s.index], mine));
+                    rest = tail;
+                    offset = s.at + s.len;
+                }
+                memory.read(&mut copies, &mut |k, e| failed.push((k, e)));
+                drop(copies);
+                Some(Loan { lent, slots })
+            }
+            None => {
+                // Size each buffer in the thread's scratch.
+                let mut copyable = Vec::with_capacity(wanted.len());
+                for &(lane, i) in &wanted {
+                    let len = len_of(lane, i);
+                    let s = &mut streams[lane as usize][i];
+                    s.clear();
+                    if s.try_reserve_exact(len).is_err() {
+                        let message = format!("streamed argument {i} of {len} bytes: the host could not allocate it");
+                        refuse(lane, Status::TooLarge, i as u32, message);
+                        continue;
+                    }
+                    s.resize(len, 0);
+                    copyable.push((lane, i));
+                }
+                // `copyable` is in lane order, then stream order.
+                let mut copies: Vec<(u64, &mut [u8])> = Vec::with_capacity(copyable.len());
+                let mut who = Vec::with_capacity(copyable.len());
+                let mut want = copyable.iter().peekable();
+                for (lane, lane_streams) in streams.iter_mut().enumerate() {
+                    for (i, s) in lane_streams.iter_mut().enumerate() {
+                        if let Some(&(l, i)) = want.next_if(|&&(l, k)| l as usize == lane && k == i) {
+                            copies.push((addrs[lane][i], s.as_mut_slice()));
+                            who.push((l, i));
+                        }
                     }
                 }
+                memory.read(&mut copies, &mut |k, e| failed.push((k, e)));
+                wanted = who;
+                None
             }
-            memory.read(&mut copies, &mut |k, e| failed.push((k, e)));
-        }
+        };
         for (k, e) in failed {
-            if let Some(&(lane, i)) = who.get(k) {
+            if let Some(&(lane, i)) = wanted.get(k) {
                 let at = addrs[lane as usize][i];
                 let len = lens_of(&blocks[lane as usize], i);
                 let message = format!("streamed argument {i}: the direct copy of {len} bytes from {at:#x} failed: {e}");
                 refuse(lane, Status::InvalidArgument, i as u32, message);
             }
         }
+        loan
     }
 
     /// Store the direct out-buffers of `call`'s lanes still `Ok` on the
-    /// device, with one [`DeviceMemory::write`]; a lane whose copy fails, or
-    /// that this server cannot copy for, fails naming the out-buffer.
+    /// device, with one [`DeviceMemory::write`]: from the call's loan where
+    /// `set_out` put them there, else from the call's buffers. A lane whose
+    /// copy fails, or that this server cannot copy for, fails naming the
+    /// out-buffer.
     pub(super) fn copy_out(
         &self,
         call: &mut ServerCall<'_>,
@@ -130,9 +247,13 @@ impl Dispatcher {
                     .iter()
                     .map(|&(lane, j)| {
                         let l = lane as usize;
+                        let at = addrs[l][n_in + j];
+                        if let Some(b) = call.loan.as_ref().and_then(|loan| loan.stored_out(lane, n_in + j)) {
+                            return (at, b);
+                        }
                         let bytes = lens_of(&call.blocks[l], n_in + j) as usize * desc.out_elem_sizes[j] as usize;
                         let data = call.outs[l].get(j).map(Vec::as_slice).unwrap_or_default();
-                        (addrs[l][n_in + j], &data[..bytes.min(data.len())])
+                        (at, &data[..bytes.min(data.len())])
                     })
                     .collect();
                 memory.write(&copies, &mut |k, e| {

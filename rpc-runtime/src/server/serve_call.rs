@@ -348,14 +348,18 @@ impl Dispatcher {
             })?;
         }
 
-        // Direct inputs: copied from the device, all lanes' at once.
-        if accepted && !frame.inline_streams {
+        // Direct inputs: copied from the device, all lanes' at once (into
+        // memory the backend lends for the call, with room for the direct
+        // out-buffers, where it can).
+        let mut loan = None;
+        if let (true, Some(d)) = (accepted, desc) {
             let ok = iter_lanes(lanes)
                 .filter(|&l| status[l as usize] == Status::Ok)
                 .fold(0, |m, l| m | 1 << l);
-            self.copy_in(
+            loan = self.copy_in(
                 ok,
                 n_in,
+                d.out_elem_sizes,
                 &blocks,
                 &addrs,
                 memory,
@@ -379,7 +383,7 @@ impl Dispatcher {
             outs,
             errors: Vec::new(),
             n_in,
-            _d: std::marker::PhantomData,
+            loan,
         };
         if accepted {
             match method {
@@ -428,7 +432,8 @@ impl Dispatcher {
             let streamed: u64 = (0..n_in).map(|i| lens_of(&call.blocks[l], i)).sum();
             record.bytes_in += 8 + block_len as u64 + streamed;
             if frame.reply && call.status[l] == Status::Ok {
-                let outs: usize = call.outs[l].iter().map(Vec::len).sum();
+                let outs: usize = call.outs[l].iter().map(Vec::len).sum::<usize>()
+                    + call.loan.as_ref().map_or(0, |x| x.out_bytes(lane));
                 record.bytes_out += (desc.map_or(0, |d| d.ret_bytes as usize) + outs) as u64;
             }
         }

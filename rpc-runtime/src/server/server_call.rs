@@ -1,6 +1,7 @@
 //! [`ServerCall`]: one call being served, as the dispatch code `#[gpu_rpc]`
 //! generates sees it (per-lane arguments in, per-lane results out).
 
+use super::direct::Loan;
 use super::serve_call::{direct_of, lens_of, Scratch};
 use super::*;
 
@@ -80,7 +81,8 @@ pub struct ServerCall<'d> {
     pub(super) outs: Vec<Vec<Vec<u8>>>,
     pub(super) errors: Vec<ServerError>,
     pub(super) n_in: usize,
-    pub(super) _d: std::marker::PhantomData<&'d ()>,
+    /// Memory the backend lent for the call's direct slices.
+    pub(super) loan: Option<Loan<'d>>,
 }
 
 /// Why one lane's call cannot run.
@@ -166,6 +168,9 @@ impl ServerCall<'_> {
 
     /// Streamed input `i` as raw bytes.
     pub fn bytes(&self, lane: u32, i: usize, index: u32) -> Result<&[u8], LaneError> {
+        if let Some(b) = self.loan.as_ref().and_then(|loan| loan.input(lane, i)) {
+            return Ok(b);
+        }
         self.streams
             .get(lane as usize)
             .and_then(|s| s.get(i))
@@ -222,7 +227,19 @@ impl ServerCall<'_> {
                     T::SIZE
                 ),
             })?;
-        v.extend((0..count).map(|_| T::zeroed()));
+        if T::slice_as_bytes_mut(&mut []).is_some() {
+            // Numbers: all-zero bytes are `zeroed()`, written in one pass
+            // (megabytes of out-buffer are common on the direct path).
+            // SAFETY: the capacity was reserved above; `slice_as_bytes_mut`
+            // is `Some` only for types whose every byte pattern is a valid
+            // value (see `Wire`), so the zeroed elements are initialized.
+            unsafe {
+                core::ptr::write_bytes(v.as_mut_ptr(), 0, count as usize);
+                v.set_len(count as usize);
+            }
+        } else {
+            v.extend((0..count).map(|_| T::zeroed()));
+        }
         Ok(v)
     }
 
@@ -243,6 +260,12 @@ impl ServerCall<'_> {
     /// Store lane `lane`'s out-buffer `j` (elements packed whole per packet,
     /// or densely when it goes direct).
     pub fn set_out<T: Wire>(&mut self, lane: u32, j: usize, data: &[T]) {
+        // A direct out-buffer with a place in the call's loan goes there.
+        if let (Some(loan), Some(raw)) = (self.loan.as_mut(), T::slice_as_bytes(data)) {
+            if loan.store_out(lane, self.n_in + j, raw) {
+                return;
+            }
+        }
         let per = if self.out_direct(lane, j) {
             // One "packet" as long as the buffer: dense.
             data.len().max(1)

@@ -12,6 +12,10 @@
 //! * `file_demo_kernel(desc, path)` — thread 0 opens the host file at `path`
 //!   (a device pointer to a NUL-terminated string), reads it and prints its
 //!   first line.
+//! * `file_bulk_kernel(desc, path)` — one warp writes 1 GiB to the host file
+//!   at `path` in 1 MiB slices of a global buffer (direct copies), reads it
+//!   back and checks every byte; prints both rates and exits with the number
+//!   of wrong slices (0 when every byte is right).
 //!
 //! Serve them with `Dispatcher::add(StdServer(StdHost::new(config)))`, and
 //! raise the per-thread stack to 4 KiB or more first
@@ -145,5 +149,134 @@ mod nvptx {
             Err(e) => gpu_eprintln!("read {path:?}: {e}"),
         }
         let _ = services::close(fd);
+    }
+
+    /// Bytes each lane writes per call of `file_bulk_kernel`.
+    const SLICE: usize = 1 << 20;
+    /// Lanes of `file_bulk_kernel` (one warp).
+    const LANES: usize = 32;
+    /// Rounds of 32 slices: 1 GiB in all.
+    const ROUNDS: usize = (1 << 30) / (SLICE * LANES);
+
+    /// `file_bulk_kernel`'s buffer: each lane's 1 MiB slice, in global
+    /// memory (so the slices go direct, on the copy engine).
+    static mut BULK: [u64; LANES * SLICE / 8] = [0; LANES * SLICE / 8];
+    /// The file descriptor thread 0 opened, for the whole block.
+    static FD: AtomicU32 = AtomicU32::new(0);
+
+    /// The word at `i` of slice `c` of the file: the slice's number in its
+    /// first word, a pattern of the position elsewhere.
+    #[inline(always)]
+    fn bulk_word(c: usize, i: usize) -> u64 {
+        if i == 0 {
+            c as u64
+        } else {
+            (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5555
+        }
+    }
+
+    /// One warp (`gpu-run --threads 32 --kernel file_bulk_kernel kernels.ptx
+    /// PATH`, with PATH under `--allow-write`) writes 1 GiB to PATH with
+    /// `write_fd`, 32 slices of 1 MiB per call (slice `c` is round `c / 32`,
+    /// lane `c % 32`: the host serves a call's lanes in order, so the file
+    /// holds them in order), reads it back with `read` into the same slices
+    /// and checks every word; thread 0 prints the rates and exits with the
+    /// number of wrong slices.
+    ///
+    /// # Safety
+    /// As `file_demo_kernel`; launched as one block of 32 threads.
+    #[no_mangle]
+    pub unsafe extern "ptx-kernel" fn file_bulk_kernel(desc: ClientDesc, argc: u32, argv: u64) {
+        // SAFETY: the descriptor the host passed to this kernel.
+        unsafe { services::init(&desc) };
+        let (g, n) = gid();
+        let lane = g as usize;
+        if n as usize != LANES {
+            if g == 0 {
+                gpu_eprintln!("file_bulk_kernel: launch it with --threads 32 --blocks 1");
+                services::exit(2);
+            }
+            return;
+        }
+        // SAFETY: as in `file_demo_kernel`.
+        let Some(path) = (unsafe { services::args(argc, argv) }).nth(1) else {
+            if g == 0 {
+                gpu_eprintln!("usage: file_bulk_kernel PATH");
+                services::exit(2);
+            }
+            return;
+        };
+        // SAFETY: each lane uses its own slice of `BULK` only.
+        let mine: &mut [u64] = unsafe {
+            let all = &raw mut BULK;
+            core::slice::from_raw_parts_mut((all as *mut u64).add(lane * SLICE / 8), SLICE / 8)
+        };
+        for (i, w) in mine.iter_mut().enumerate() {
+            *w = bulk_word(0, i);
+        }
+        let open = |f| {
+            if g == 0 {
+                match services::open(path, f) {
+                    // Relaxed: published by the block barrier below.
+                    Ok(fd) => FD.store(fd.0, Ordering::Relaxed),
+                    Err(e) => {
+                        gpu_eprintln!("open {path:?}: {e}");
+                        services::exit(2);
+                    }
+                }
+            }
+            // SAFETY: every thread of the block reaches it.
+            unsafe { _syncthreads() };
+            // Relaxed: ordered by the barrier.
+            Fd(FD.load(Ordering::Relaxed))
+        };
+        let as_bytes = |w: &mut [u64]| {
+            // SAFETY: the words' bytes, borrowed as uniquely as the words.
+            unsafe { core::slice::from_raw_parts_mut(w.as_mut_ptr().cast::<u8>(), SLICE) }
+        };
+        let fd = open(flags::WRITE | flags::CREATE | flags::TRUNCATE);
+        let t0 = services::time_ns();
+        for r in 0..ROUNDS {
+            mine[0] = bulk_word(r * LANES + lane, 0);
+            if let Err(e) = services::write_fd(fd, as_bytes(mine)) {
+                gpu_eprintln!("write {path:?}: {e}");
+            }
+        }
+        let t1 = services::time_ns();
+        // SAFETY: every thread of the block reaches it.
+        unsafe { _syncthreads() };
+        if g == 0 {
+            let _ = services::close(fd);
+        }
+        let fd = open(flags::READ);
+        let mut wrong = 0u32;
+        let t2 = services::time_ns();
+        for r in 0..ROUNDS {
+            mine.fill(!0);
+            let c = r * LANES + lane;
+            let ok = matches!(services::read(fd, as_bytes(mine)), Ok(n) if n == SLICE)
+                && mine.iter().enumerate().all(|(i, &w)| w == bulk_word(c, i));
+            wrong += !ok as u32;
+        }
+        let t3 = services::time_ns();
+        static WRONG: AtomicU32 = AtomicU32::new(0);
+        // Relaxed: read after the block barrier.
+        WRONG.fetch_add(wrong, Ordering::Relaxed);
+        // SAFETY: every thread of the block reaches it.
+        unsafe { _syncthreads() };
+        if g == 0 {
+            let _ = services::close(fd);
+            let gb = (1u64 << 30) as f64 / 1e9;
+            let wrong = WRONG.load(Ordering::Relaxed);
+            gpu_println!(
+                "file_bulk_kernel: wrote 1 GiB in {} ms ({} MB/s), read it back in {} ms ({} MB/s), {wrong} wrong slices of {}",
+                (t1 - t0) / 1_000_000,
+                (gb * 1e12 / (t1 - t0) as f64) as u64,
+                (t3 - t2) / 1_000_000,
+                (gb * 1e12 / (t3 - t2) as f64) as u64,
+                ROUNDS * LANES
+            );
+            services::exit(wrong as i32);
+        }
     }
 }

@@ -241,7 +241,7 @@ fn bandwidth(dev: &CudaDevice, module: &Module) {
             (1, 64 << 20),
         ] {
             let per_call = lanes * bytes;
-            let iters = ((256 << 20) / per_call).clamp(4, 2000) as u32;
+            let iters = ((1 << 30) / per_call).clamp(4, 2000) as u32;
             let data = DeviceBuffer::new(dev, per_call).unwrap();
             let out = PinnedBuffer::new(dev, lanes * 8).unwrap();
             let cfg = Launch {
