@@ -371,7 +371,7 @@ where
                 let (count, region) = (d.threads, d.region);
                 crate::spawn::scoped(s, format!("gpu_rpc client {dev}.{id}"), move || {
                     // Its server copies with `ProcessMemory` (Linux only).
-                    crate::call::serve_direct(cfg!(target_os = "linux"));
+                    crate::call::set_direct(cfg!(target_os = "linux"));
                     let client = region.client();
                     match catch_unwind(AssertUnwindSafe(|| kernel(dev, &client, ThreadIdx { id, count }))) {
                         Ok(()) => Ok(()),

@@ -351,6 +351,9 @@ fn len_strategy() -> impl Strategy<Value = u64> {
         4 => 0u64..=LIMIT,
         1 => Just(0u64),
         1 => LIMIT + 1..=4 * LIMIT,
+        // "By address" (the direct path), which this server, without device
+        // memory, refuses.
+        1 => (0u64..=2 * LIMIT).prop_map(|l| l | call::DIRECT),
     ]
 }
 
@@ -539,7 +542,9 @@ fn lane_stream(case: &Case, lane: u32, i: usize, len: u64) -> Vec<u8> {
 /// (`inline`: its streams came in packet 0).
 fn expect(case: &Case, d: &CallDesc, lane: u32, block: &[u8], inline: bool) -> Expect {
     let n_in = d.in_streams as usize;
-    let len = |k: usize| u64::from_le_bytes(block[8 * k..8 * k + 8].try_into().unwrap());
+    let word = |k: usize| u64::from_le_bytes(block[8 * k..8 * k + 8].try_into().unwrap());
+    let len = |k: usize| call::split_len_word(word(k)).0;
+    let direct = |k: usize| call::split_len_word(word(k)).1;
     if (0..n_in).any(|k| len(k) > LIMIT) {
         return Expect::Err(Status::TooLarge, None);
     }
@@ -553,11 +558,16 @@ fn expect(case: &Case, d: &CallDesc, lane: u32, block: &[u8], inline: bool) -> E
     if inline {
         let mut at = call::inline_start(d.block_len());
         for k in 0..n_in {
-            if at as u64 + len(k) > call::FIRST_PAYLOAD as u64 {
+            if direct(k) || at as u64 + len(k) > call::FIRST_PAYLOAD as u64 {
                 return Expect::Err(Status::InvalidArgument, Some(k as u32));
             }
             at = call::inline_next(at, len(k) as usize);
         }
+    }
+    // A direct slice, which a server without device memory refuses before
+    // the call runs, naming the first.
+    if let Some(k) = (0..n_in + d.out_elem_sizes.len()).find(|&k| direct(k)) {
+        return Expect::Err(Status::InvalidArgument, Some(k as u32));
     }
     let args = &block[8 * (n_in + d.out_elem_sizes.len())..];
     let ok = |ret: Vec<u8>, out: Vec<u8>| Expect::Ok { ret, out };
@@ -767,7 +777,14 @@ fn drive(case: &Case, p: &Plan, dev: &Device<'_>) -> Result<Expected, String> {
     let word = p.words[p.lanes.trailing_zeros() as usize];
     let frame = FrameWord::unpack(word);
     let n_in = frame.in_streams as usize;
-    let len = |lane: u32, k: usize| u64::from_le_bytes(p.blocks[lane as usize][8 * k..8 * k + 8].try_into().unwrap());
+    let word = |lane: u32, k: usize| u64::from_le_bytes(p.blocks[lane as usize][8 * k..8 * k + 8].try_into().unwrap());
+    let len = |lane: u32, k: usize| call::split_len_word(word(lane, k)).0;
+    let direct = |lane: u32, k: usize| call::split_len_word(word(lane, k)).1;
+    // A direct slice is one packet (its address).
+    let packets = |lane: u32, k: usize| match call::split_len_word(word(lane, k)) {
+        (_, true) => 1,
+        (len, false) => call::stream_packets(len),
+    };
 
     // Rest of the block, then the streams, as a client would send them.
     let spill = call::spill_packets(frame.block_len());
@@ -781,10 +798,7 @@ fn drive(case: &Case, p: &Plan, dev: &Device<'_>) -> Result<Expected, String> {
         dev.flip(0);
     }
     for i in (0..n_in).filter(|_| !frame.inline_streams) {
-        let packets = iter_lanes(p.lanes)
-            .map(|l| call::stream_packets(len(l, i)))
-            .max()
-            .unwrap_or(0);
+        let packets = iter_lanes(p.lanes).map(|l| packets(l, i)).max().unwrap_or(0);
         for k in 0..packets {
             dev.wait_owned(0, "stream packet")?;
             for lane in 0..lane_size {
@@ -792,6 +806,20 @@ fn drive(case: &Case, p: &Plan, dev: &Device<'_>) -> Result<Expected, String> {
                 for (j, byte) in b.bytes_mut().iter_mut().enumerate() {
                     *byte = stream_byte(case, lane, i, k * BUFFER_BYTES as u64 + j as u64);
                 }
+                dev.write(0, lane, &b);
+            }
+            dev.flip(0);
+        }
+    }
+    // The out-buffers' addresses: a packet for each out-buffer that a lane
+    // sends by address.
+    let n_out = frame.out_streams as usize;
+    for j in 0..n_out {
+        if iter_lanes(p.lanes).any(|l| direct(l, n_in + j)) {
+            dev.wait_owned(0, "out-buffer address")?;
+            for lane in 0..lane_size {
+                let mut b = Buffer::default();
+                b.data[0] = 0x1000 + lane as u64;
                 dev.write(0, lane, &b);
             }
             dev.flip(0);

@@ -28,12 +28,73 @@ fn entry<'a>(ptx: &'a str, name: &str) -> &'a str {
     &rest[..end]
 }
 
+/// The name a `.func` line defines or declares (`.func (.param ..) name(`).
+fn func_name(line: &str) -> Option<&str> {
+    let rest = line.split(".func").nth(1)?.trim_start();
+    let rest = match rest.strip_prefix('(') {
+        Some(r) => r.split_once(')')?.1.trim_start(),
+        None => rest,
+    };
+    let end = rest.find(|c: char| c == '(' || c.is_whitespace()).unwrap_or(rest.len());
+    Some(&rest[..end])
+}
+
+/// Entry `name`'s body followed by the bodies of every function it calls,
+/// directly or not: all the code a launch of it can run (the inliner may
+/// leave any part of the protocol in a function of its own).
+fn reachable(ptx: &str, name: &str) -> String {
+    // Function definitions (a header, then a body in braces), by name.
+    let mut defs = std::collections::HashMap::new();
+    let mut starts: Vec<usize> = ptx
+        .match_indices('\n')
+        .map(|(i, _)| i + 1)
+        .filter(|&i| {
+            let l = &ptx[i..];
+            l.starts_with(".func") || l.starts_with(".visible .func") || l.starts_with(".weak .func")
+        })
+        .collect();
+    starts.push(ptx.len());
+    for w in starts.windows(2) {
+        let chunk = &ptx[w[0]..w[1]];
+        let header = chunk.lines().next().unwrap_or_default();
+        let body_start = chunk.find('{');
+        let decl_end = chunk.find(';');
+        if let (Some(f), Some(b)) = (func_name(header), body_start) {
+            if decl_end.is_none_or(|d| b < d) {
+                defs.insert(f.to_string(), chunk);
+            }
+        }
+    }
+    let mut code = entry(ptx, name).to_string();
+    let mut seen = std::collections::HashSet::new();
+    let mut todo = vec![code.clone()];
+    while let Some(text) = todo.pop() {
+        for l in text.lines().map(str::trim).filter(|l| l.starts_with("call")) {
+            let callee = l
+                .trim_end_matches(';')
+                .split(',')
+                .map(str::trim)
+                .find_map(|t| t.rsplit(' ').next().filter(|n| defs.contains_key(*n)))
+                .or_else(|| l.split_whitespace().nth(1).filter(|n| defs.contains_key(*n)));
+            if let Some(c) = callee {
+                if seen.insert(c.to_string()) {
+                    let body = defs[c];
+                    code.push_str(body);
+                    todo.push(body.to_string());
+                }
+            }
+        }
+    }
+    code
+}
+
 #[test]
 fn shared_words_use_system_scope_loads_stores_and_fences() {
     let Some(ptx) = ptx() else { return };
     assert!(ptx.contains(".target sm_90"), "not built for sm_90");
     for name in ["rpc_noop_kernel", "rpc_incr_kernel", "hello_kernel", "gpu_main"] {
-        let body = entry(ptx, name);
+        let body = reachable(ptx, name);
+        let body = body.as_str();
         // Mailboxes and packets: relaxed system-scope loads and stores...
         assert!(body.contains("ld.relaxed.sys"), "{name}: no ld.relaxed.sys");
         assert!(body.contains("st.relaxed.sys"), "{name}: no st.relaxed.sys");

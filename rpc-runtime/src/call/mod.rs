@@ -398,7 +398,8 @@ pub fn direct(ptr: *const u8, bytes: usize, raw: bool) -> bool {
 }
 
 /// Whether the server can copy memory at `ptr` by address. On NVPTX: global
-/// memory (not the stack, shared or constant memory).
+/// memory (not the stack, shared or constant memory), unless the kernel
+/// turned the direct path off ([`set_direct`]).
 #[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 fn server_can_copy(ptr: *const u8) -> bool {
@@ -412,8 +413,14 @@ fn server_can_copy(ptr: *const u8) -> bool {
             options(pure, nomem, nostack, preserves_flags)
         )
     };
-    global != 0
+    // Relaxed: a switch the kernel sets before its calls; a lane that read
+    // the old value still makes a valid call (the server takes both kinds).
+    global != 0 && !DIRECT_OFF.load(core::sync::atomic::Ordering::Relaxed)
 }
+
+/// The kernel turned the direct path off ([`set_direct`]).
+#[cfg(target_arch = "nvptx64")]
+static DIRECT_OFF: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 /// On AMDGCN no backend copies by address yet (the HSA backend's server has
 /// no [`DeviceMemory`](crate::device_memory::DeviceMemory)).
@@ -424,7 +431,7 @@ fn server_can_copy(_ptr: *const u8) -> bool {
 }
 
 /// On the host: lanes the CPU backend runs, whose server reads this
-/// process's memory ([`serve_direct`]); other threads keep the packets.
+/// process's memory ([`set_direct`]); other threads keep the packets.
 #[cfg(all(not(any(target_arch = "nvptx64", target_arch = "amdgpu")), feature = "std"))]
 #[inline(always)]
 fn server_can_copy(_ptr: *const u8) -> bool {
@@ -442,23 +449,36 @@ std::thread_local! {
     static DIRECT_LANE: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
 }
 
-/// Say whether the calls this host thread makes as a client lane may take
-/// [the direct path](self#the-direct-path): set by the CPU backend for the
-/// lanes it runs (their server copies with the process's memory), and by
-/// tests that serve with a [`DeviceMemory`](crate::device_memory::DeviceMemory).
-/// Off by default: a thread whose server has none keeps the packets.
+/// Turn [the direct path](self#the-direct-path) on or off for the calls
+/// that follow: off, every slice goes in packets (to compare, or for a
+/// server without [`DeviceMemory`](crate::device_memory::DeviceMemory)).
+///
+/// * On NVPTX it is on by default and the switch is the module's: it holds
+///   for every thread of every launch of the kernel image until set again
+///   (set it from every thread, or before the calls, at each launch).
+/// * On the host it is the calling thread's, off by default: the CPU
+///   backend turns it on for the lanes it runs (their server copies with
+///   the process's memory); tests that serve with a `DeviceMemory` of their
+///   own turn it on too.
+/// * On AMDGCN it does nothing yet (no backend copies by address).
 ///
 /// ```
 /// # use rpc_runtime as gpu_rpc;
-/// gpu_rpc::call::serve_direct(true);
+/// gpu_rpc::call::set_direct(true);
 /// let big = vec![0u8; 1 << 16];
 /// assert!(gpu_rpc::call::direct(big.as_ptr(), big.len(), true));
-/// gpu_rpc::call::serve_direct(false);
+/// gpu_rpc::call::set_direct(false);
 /// assert!(!gpu_rpc::call::direct(big.as_ptr(), big.len(), true));
 /// ```
-#[cfg(all(not(any(target_arch = "nvptx64", target_arch = "amdgpu")), feature = "std"))]
-pub fn serve_direct(on: bool) {
+#[inline]
+pub fn set_direct(on: bool) {
+    #[cfg(target_arch = "nvptx64")]
+    // Relaxed: see `server_can_copy`.
+    DIRECT_OFF.store(!on, core::sync::atomic::Ordering::Relaxed);
+    #[cfg(all(not(any(target_arch = "nvptx64", target_arch = "amdgpu")), feature = "std"))]
     DIRECT_LANE.with(|d| d.set(on));
+    #[cfg(any(target_arch = "amdgpu", all(not(target_arch = "nvptx64"), not(feature = "std"))))]
+    let _ = on;
 }
 
 /// Where the first inline stream starts in packet 0's payload (after a

@@ -21,8 +21,13 @@ pub(super) type Addresses = [[u64; MAX_IN_STREAMS + MAX_OUT_STREAMS]; MAX_LANES 
 pub(super) type Refuse<'r> = dyn FnMut(u32, Status, u32, String) + 'r;
 
 /// The memory a call borrowed for its direct slices, and where each lies.
+/// After the inputs are copied in, the memory is reached only through raw
+/// pointers to one slot at a time: a host method may hold an out-buffer's
+/// slot ([`OutBuffer`](super::OutBuffer)) while other slots are read.
 pub(super) struct Loan<'m> {
-    lent: Lent<'m>,
+    /// Keeps the memory until the call is over.
+    _lent: Lent<'m>,
+    base: core::ptr::NonNull<u8>,
     slots: Vec<Slot>,
 }
 
@@ -33,32 +38,76 @@ struct Slot {
     index: usize,
     at: usize,
     len: usize,
+    /// An out-buffer's place was handed to the host method.
+    taken: core::cell::Cell<bool>,
     /// An out-buffer's bytes are in place (stored by `set_out`).
-    filled: bool,
+    filled: core::cell::Cell<bool>,
 }
 
 impl Loan<'_> {
-    fn slot(&self, lane: u32, index: usize) -> Option<usize> {
-        self.slots.iter().position(|s| s.lane == lane && s.index == index)
+    fn slot(&self, lane: u32, index: usize) -> Option<&Slot> {
+        self.slots.iter().find(|s| s.lane == lane && s.index == index)
+    }
+
+    fn ptr(&self, s: &Slot) -> *mut u8 {
+        // SAFETY: pointer arithmetic only; `at + len` is within the loan.
+        unsafe { self.base.as_ptr().add(s.at) }
     }
 
     /// Direct input `index` of `lane`, if it lies in the loan.
     pub(super) fn input(&self, lane: u32, index: usize) -> Option<&[u8]> {
-        let s = &self.slots[self.slot(lane, index)?];
-        Some(&self.lent[s.at..s.at + s.len])
+        let s = self.slot(lane, index)?;
+        // SAFETY: an input slot, written only by the copy in before the call
+        // ran; no out-buffer place overlaps it.
+        Some(unsafe { core::slice::from_raw_parts(self.ptr(s), s.len) })
     }
 
-    /// Store `bytes` as the out-buffer `index` of `lane` if its place in the
-    /// loan has that length; `false` if it has none.
-    pub(super) fn store_out(&mut self, lane: u32, index: usize, bytes: &[u8]) -> bool {
-        let Some(k) = self.slot(lane, index) else { return false };
-        let s = &mut self.slots[k];
-        if s.len != bytes.len() {
+    /// The place of out-buffer `index` of `lane`, zeroed, for a host method
+    /// to write `count` elements of `T` (numbers: any bytes are valid) into;
+    /// `None` if it has none, it was handed out already, or it is not
+    /// aligned for `T`.
+    // `&mut` from `&self`: the slot is raw memory of the loan, handed out
+    // once (`taken`), like a cell's contents.
+    #[allow(clippy::mut_from_ref)]
+    pub(super) fn take_out<T>(&self, lane: u32, index: usize, count: usize) -> Option<&mut [T]> {
+        let s = self.slot(lane, index)?;
+        let p = self.ptr(s);
+        if s.taken.get()
+            || s.len != count * core::mem::size_of::<T>()
+            || !(p as usize).is_multiple_of(core::mem::align_of::<T>())
+        {
+            return None;
+        }
+        s.taken.set(true);
+        // SAFETY: the slot's `len` bytes are in the loan, which outlives the
+        // borrow of the call the place is tied to; it is handed out once
+        // (`taken`), and nothing else touches it until the host method is
+        // done (`set_out` compares addresses only); aligned for `T`, and
+        // `T`'s every byte pattern is a value (the caller's check), so the
+        // zeroed bytes are `count` valid elements.
+        unsafe {
+            core::ptr::write_bytes(p, 0, s.len);
+            Some(core::slice::from_raw_parts_mut(p.cast::<T>(), count))
+        }
+    }
+
+    /// Out-buffer `index` of `lane` is `bytes`: mark it in place if `bytes`
+    /// is its place, or copy it there if the place has that length and was
+    /// never handed out; `false` if it has none (the caller keeps it).
+    pub(super) fn store_out(&self, lane: u32, index: usize, bytes: &[u8]) -> bool {
+        let Some(s) = self.slot(lane, index) else { return false };
+        let p = self.ptr(s);
+        if core::ptr::eq(bytes.as_ptr(), p) && bytes.len() == s.len {
+            s.filled.set(true);
+            return true;
+        }
+        if s.taken.get() || bytes.len() != s.len {
             return false;
         }
-        s.filled = true;
-        let at = s.at;
-        self.lent[at..at + bytes.len()].copy_from_slice(bytes);
+        // SAFETY: the slot's bytes, never handed out, so nothing else
+        // borrows them; `bytes` is the caller's, elsewhere.
+        unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), p, s.len) };
+        s.filled.set(true);
         true
     }
 
@@ -66,14 +115,20 @@ impl Loan<'_> {
     pub(super) fn out_bytes(&self, lane: u32) -> usize {
         self.slots
             .iter()
-            .filter(|s| s.lane == lane && s.filled)
+            .filter(|s| s.lane == lane && s.filled.get())
             .map(|s| s.len)
             .sum()
     }
 
+    /// Out-buffer `index` of `lane`, if it was stored in the loan (read
+    /// after the host method is done with it).
     fn stored_out(&self, lane: u32, index: usize) -> Option<&[u8]> {
-        let s = &self.slots[self.slot(lane, index)?];
-        s.filled.then(|| &self.lent[s.at..s.at + s.len])
+        let s = self.slot(lane, index)?;
+        // SAFETY: the call is over (its `OutBuffer`s, which borrowed it, are
+        // gone): nothing writes the slot any more.
+        s.filled
+            .get()
+            .then(|| unsafe { core::slice::from_raw_parts(self.ptr(s), s.len) })
     }
 }
 
@@ -112,13 +167,22 @@ impl Dispatcher {
             return None;
         }
         let Some(memory) = memory else {
-            for (lane, i) in wanted {
-                let at = addrs[lane as usize][i];
-                let message = format!(
-                    "streamed argument {i} asks for a direct copy from {at:#x}, but this server has no device \
-                     memory to copy with (Server::with_memory)"
-                );
-                refuse(lane, Status::InvalidArgument, i as u32, message);
+            // Refused before the call runs, each lane once, naming its first
+            // direct argument.
+            let mut refused = 0u64;
+            for (lane, index) in wanted.into_iter().chain(outs) {
+                if refused & 1 << lane != 0 {
+                    continue;
+                }
+                refused |= 1 << lane;
+                let at = addrs[lane as usize][index];
+                let what = match index.checked_sub(n_in) {
+                    Some(j) => format!("out-buffer {j} asks for a direct copy to {at:#x}"),
+                    None => format!("streamed argument {index} asks for a direct copy from {at:#x}"),
+                };
+                let message =
+                    format!("{what}, but this server has no device memory to copy with (Server::with_memory)");
+                refuse(lane, Status::InvalidArgument, index as u32, message);
             }
             return None;
         };
@@ -130,19 +194,25 @@ impl Dispatcher {
             }
         };
         // Every direct slice of the call in one loan, packed in lane order
-        // (the host reads them as bytes: no alignment needed), so a warp's
+        // (inputs are read as bytes: no alignment needed), so a warp's
         // adjacent slices are adjacent in the loan too and move in one
         // transfer; `len <= max_stream_bytes`.
         let mut slots = Vec::with_capacity(wanted.len() + outs.len());
         let mut at = 0usize;
         for &(lane, index) in wanted.iter().chain(&outs) {
             let len = len_of(lane, index);
+            if let Some(j) = index.checked_sub(n_in) {
+                // Out-buffers at their elements' alignment, so the host
+                // method can write them in place (numbers: 1..=16).
+                at = at.next_multiple_of((out_sizes[j] as usize).next_power_of_two().min(16));
+            }
             slots.push(Slot {
                 lane,
                 index,
                 at,
                 len,
-                filled: false,
+                taken: core::cell::Cell::new(false),
+                filled: core::cell::Cell::new(false),
             });
             at += len;
         }
@@ -161,7 +231,12 @@ impl Dispatcher {
                 }
                 memory.read(&mut copies, &mut |k, e| failed.push((k, e)));
                 drop(copies);
-                Some(Loan { lent, slots })
+                let base = core::ptr::NonNull::new(lent.as_mut_ptr()).expect("a slice's pointer is not null");
+                Some(Loan {
+                    _lent: lent,
+                    base,
+                    slots,
+                })
             }
             None => {
                 // Size each buffer in the thread's scratch.
@@ -195,8 +270,10 @@ impl Dispatcher {
                 None
             }
         };
+        let mut refused = 0u64;
         for (k, e) in failed {
-            if let Some(&(lane, i)) = wanted.get(k) {
+            if let Some(&(lane, i)) = wanted.get(k).filter(|&&(lane, _)| refused & 1 << lane == 0) {
+                refused |= 1 << lane;
                 let at = addrs[lane as usize][i];
                 let len = lens_of(&blocks[lane as usize], i);
                 let message = format!("streamed argument {i}: the direct copy of {len} bytes from {at:#x} failed: {e}");
@@ -243,6 +320,7 @@ impl Dispatcher {
                 }
             }
             Some(memory) => {
+                let outs = &*call.outs.get_mut();
                 let copies: Vec<(u64, &[u8])> = wanted
                     .iter()
                     .map(|&(lane, j)| {
@@ -252,7 +330,7 @@ impl Dispatcher {
                             return (at, b);
                         }
                         let bytes = lens_of(&call.blocks[l], n_in + j) as usize * desc.out_elem_sizes[j] as usize;
-                        let data = call.outs[l].get(j).map(Vec::as_slice).unwrap_or_default();
+                        let data = outs[l].get(j).map(Vec::as_slice).unwrap_or_default();
                         (at, &data[..bytes.min(data.len())])
                     })
                     .collect();

@@ -380,7 +380,7 @@ impl Dispatcher {
             status,
             detail,
             rets,
-            outs,
+            outs: std::cell::RefCell::new(outs),
             errors: Vec::new(),
             n_in,
             loan,
@@ -432,7 +432,7 @@ impl Dispatcher {
             let streamed: u64 = (0..n_in).map(|i| lens_of(&call.blocks[l], i)).sum();
             record.bytes_in += 8 + block_len as u64 + streamed;
             if frame.reply && call.status[l] == Status::Ok {
-                let outs: usize = call.outs[l].iter().map(Vec::len).sum::<usize>()
+                let outs: usize = call.outs.get_mut()[l].iter().map(Vec::len).sum::<usize>()
                     + call.loan.as_ref().map_or(0, |x| x.out_bytes(lane));
                 record.bytes_out += (desc.map_or(0, |d| d.ret_bytes as usize) + outs) as u64;
             }
@@ -484,7 +484,7 @@ impl Dispatcher {
                     if !sends(&call, lane) {
                         return;
                     }
-                    if let Some(data) = call.outs[l].get(j) {
+                    if let Some(data) = call.outs.borrow()[l].get(j) {
                         let start = i as usize * per * es as usize;
                         if start < data.len() {
                             let n = (data.len() - start).min(per * es as usize);

@@ -78,7 +78,9 @@ pub struct ServerCall<'d> {
     pub(super) status: [Status; MAX_LANES as usize],
     pub(super) detail: [u32; MAX_LANES as usize],
     pub(super) rets: Vec<Vec<u8>>,
-    pub(super) outs: Vec<Vec<Vec<u8>>>,
+    /// Out-buffers stored by `set_out` (a `RefCell`: `set_out` takes `&self`,
+    /// as the [`OutBuffer`]s it stores borrow the call).
+    pub(super) outs: std::cell::RefCell<Vec<Vec<Vec<u8>>>>,
     pub(super) errors: Vec<ServerError>,
     pub(super) n_in: usize,
     /// Memory the backend lent for the call's direct slices.
@@ -115,7 +117,7 @@ impl ServerCall<'_> {
             blocks: self.blocks,
             streams: self.streams,
             rets: self.rets,
-            outs: self.outs,
+            outs: self.outs.into_inner(),
         }
     }
 
@@ -209,12 +211,21 @@ impl ServerCall<'_> {
 
     /// A zeroed host buffer for out-buffer `j`, as long as the device's
     /// (its length was checked against the size limits before dispatch; a
-    /// lane or buffer the call does not have gives an empty buffer). Fails
-    /// with [`Status::TooLarge`] instead of aborting the process when the
-    /// host cannot allocate it (limits configured beyond the host's memory).
-    pub fn out_buffer<T: Wire>(&self, lane: u32, j: usize) -> Result<Vec<T>, LaneError> {
+    /// lane or buffer the call does not have gives an empty buffer): in the
+    /// memory the call borrowed for direct slices when this one goes direct
+    /// (the host method then writes where the copy to the device leaves
+    /// from), else a vector. Fails with [`Status::TooLarge`] instead of
+    /// aborting the process when the host cannot allocate it (limits
+    /// configured beyond the host's memory).
+    pub fn out_buffer<T: Wire>(&self, lane: u32, j: usize) -> Result<OutBuffer<'_, T>, LaneError> {
         let block = self.blocks.get(lane as usize).map(Vec::as_slice).unwrap_or_default();
         let count = lens_of(block, self.n_in + j);
+        let numbers = T::slice_as_bytes_mut(&mut []).is_some();
+        if let (true, Some(loan)) = (numbers, self.loan.as_ref()) {
+            if let Some(place) = loan.take_out::<T>(lane, self.n_in + j, count as usize) {
+                return Ok(OutBuffer(Out::Lent(place)));
+            }
+        }
         let mut v = Vec::new();
         usize::try_from(count)
             .ok()
@@ -227,7 +238,7 @@ impl ServerCall<'_> {
                     T::SIZE
                 ),
             })?;
-        if T::slice_as_bytes_mut(&mut []).is_some() {
+        if numbers {
             // Numbers: all-zero bytes are `zeroed()`, written in one pass
             // (megabytes of out-buffer are common on the direct path).
             // SAFETY: the capacity was reserved above; `slice_as_bytes_mut`
@@ -240,7 +251,7 @@ impl ServerCall<'_> {
         } else {
             v.extend((0..count).map(|_| T::zeroed()));
         }
-        Ok(v)
+        Ok(OutBuffer(Out::Owned(v)))
     }
 
     /// Store lane `lane`'s return value.
@@ -259,9 +270,10 @@ impl ServerCall<'_> {
 
     /// Store lane `lane`'s out-buffer `j` (elements packed whole per packet,
     /// or densely when it goes direct).
-    pub fn set_out<T: Wire>(&mut self, lane: u32, j: usize, data: &[T]) {
-        // A direct out-buffer with a place in the call's loan goes there.
-        if let (Some(loan), Some(raw)) = (self.loan.as_mut(), T::slice_as_bytes(data)) {
+    pub fn set_out<T: Wire>(&self, lane: u32, j: usize, data: &[T]) {
+        // A direct out-buffer with a place in the call's loan goes there
+        // (or is there already: the host method wrote its `OutBuffer`).
+        if let (Some(loan), Some(raw)) = (self.loan.as_ref(), T::slice_as_bytes(data)) {
             if loan.store_out(lane, self.n_in + j, raw) {
                 return;
             }
@@ -272,7 +284,8 @@ impl ServerCall<'_> {
         } else {
             BUFFER_BYTES / T::SIZE
         };
-        let outs = &mut self.outs[lane as usize];
+        let mut all = self.outs.borrow_mut();
+        let outs = &mut all[lane as usize];
         if outs.len() <= j {
             outs.resize_with(j + 1, Vec::new);
         }
@@ -327,6 +340,35 @@ impl ServerCall<'_> {
                     );
                 }
             }
+        }
+    }
+}
+
+/// A host method's out-buffer ([`ServerCall::out_buffer`]): a slice of the
+/// memory the call borrowed for direct slices, or a vector. Derefs to
+/// `[T]`; hand it back with [`ServerCall::set_out`].
+pub struct OutBuffer<'c, T>(Out<'c, T>);
+
+enum Out<'c, T> {
+    Owned(Vec<T>),
+    Lent(&'c mut [T]),
+}
+
+impl<T> core::ops::Deref for OutBuffer<'_, T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match &self.0 {
+            Out::Owned(v) => v,
+            Out::Lent(s) => s,
+        }
+    }
+}
+
+impl<T> core::ops::DerefMut for OutBuffer<'_, T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        match &mut self.0 {
+            Out::Owned(v) => v,
+            Out::Lent(s) => s,
         }
     }
 }

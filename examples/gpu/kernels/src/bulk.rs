@@ -118,9 +118,10 @@ pub unsafe extern "ptx-kernel" fn rpc_bulk_local_kernel(desc: ClientDesc, out: *
 }
 
 /// The bandwidth benchmark: each thread moves its own `bytes` of `data`
-/// (`data + gid * bytes`) `iters` times, to the host (`dir == 0`,
-/// `Bench::sink`) or from it (`dir == 1`, `Bulk::source`), and writes the
-/// bytes the host reported to `out[gid]`.
+/// (`data + gid * bytes`) `iters` times, to the host (`dir & 1 == 0`,
+/// `Bench::sink`) or from it (`dir & 1 == 1`, `Bulk::source`), by address
+/// or, with `dir & 2`, in packets (the direct path turned off, for the
+/// comparison), and writes the bytes the host reported to `out[gid]`.
 ///
 /// # Safety
 /// `data` has `bytes` bytes per thread; `out` one `u64` per thread.
@@ -134,9 +135,10 @@ pub unsafe extern "ptx-kernel" fn rpc_bulk_kernel(desc: ClientDesc, data: *mut u
             slice::from_raw_parts_mut(data.add(g * bytes as usize), bytes as usize),
         )
     };
+    gpu_rpc::call::set_direct(dir & 2 == 0);
     let mut total = 0;
     for _ in 0..iters {
-        total += if dir == 0 {
+        total += if dir & 1 == 0 {
             BenchClient::new(&client).sink(mine)
         } else {
             BulkClient::new(&client).source(mine)

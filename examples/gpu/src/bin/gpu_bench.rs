@@ -224,9 +224,10 @@ fn bandwidth(dev: &CudaDevice, module: &Module) {
     );
     println!(
         "| direction | lanes | bytes per lane-call | warp-calls | gpu_rpc GB/s, median [min, max] of 3 | cuMemcpy GB/s \
-         (same bytes per warp-call), median [min, max] | gpu_rpc / cuMemcpy |"
+         (same bytes per warp-call), median [min, max] | gpu_rpc / cuMemcpy | in packets (direct path off) GB/s, \
+         median [min, max] | direct / packets |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         (v[v.len() / 2], v[0], v[v.len() - 1])
@@ -241,7 +242,6 @@ fn bandwidth(dev: &CudaDevice, module: &Module) {
             (1, 64 << 20),
         ] {
             let per_call = lanes * bytes;
-            let iters = ((1 << 30) / per_call).clamp(4, 2000) as u32;
             let data = DeviceBuffer::new(dev, per_call).unwrap();
             let out = PinnedBuffer::new(dev, lanes * 8).unwrap();
             let cfg = Launch {
@@ -250,25 +250,34 @@ fn bandwidth(dev: &CudaDevice, module: &Module) {
                 port_count: 1,
                 ..Launch::default()
             };
-            let args = [
-                KernelArg::Ptr(data.device_ptr()),
-                KernelArg::U64(bytes as u64),
-                KernelArg::U32(iters),
-                KernelArg::U32(dir),
-                KernelArg::Ptr(out.device_ptr()),
-            ];
-            let mut rpc = Vec::new();
-            for _ in 0..3 {
-                let counters = Arc::new(Counters::default());
-                let bulk = Arc::new(BulkHost::default());
-                let mut d = bench_dispatcher(&counters);
-                d.add(BulkServer(Arc::clone(&bulk))).unwrap();
-                let r = launch(&kernel, &cfg, &d, &args).unwrap();
-                let moved = counters.sunk.load(Ordering::Relaxed) + bulk.sent.load(Ordering::Relaxed);
-                assert_eq!(moved, (per_call * iters as usize) as u64);
-                assert_eq!(d.error_count(), 0);
-                rpc.push(moved as f64 / kernel_secs(&r) / 1e9);
-            }
+            // GB/s of 3 runs moving `total` bytes each, by address or not.
+            let run = |packets: bool, total: usize| {
+                let iters = (total / per_call).clamp(4, 2000) as u32;
+                let mut rates = Vec::new();
+                for _ in 0..3 {
+                    let counters = Arc::new(Counters::default());
+                    let bulk = Arc::new(BulkHost::default());
+                    let mut d = bench_dispatcher(&counters);
+                    d.add(BulkServer(Arc::clone(&bulk))).unwrap();
+                    let args = [
+                        KernelArg::Ptr(data.device_ptr()),
+                        KernelArg::U64(bytes as u64),
+                        KernelArg::U32(iters),
+                        KernelArg::U32(dir | if packets { 2 } else { 0 }),
+                        KernelArg::Ptr(out.device_ptr()),
+                    ];
+                    let r = launch(&kernel, &cfg, &d, &args).unwrap();
+                    let moved = counters.sunk.load(Ordering::Relaxed) + bulk.sent.load(Ordering::Relaxed);
+                    assert_eq!(moved, (per_call * iters as usize) as u64);
+                    assert_eq!(d.error_count(), 0);
+                    rates.push(moved as f64 / kernel_secs(&r) / 1e9);
+                }
+                (iters, median(rates))
+            };
+            let (iters, (r, rlo, rhi)) = run(false, 1 << 30);
+            // The packets (the path before the direct one) at the sizes
+            // where they finish in reasonable time.
+            let packets = (bytes <= 65_536).then(|| run(true, 64 << 20).1);
             // Baseline: the same bytes per warp-call, pinned host memory on
             // the other side.
             let host = PinnedBuffer::new(dev, per_call).unwrap();
@@ -286,10 +295,13 @@ fn bandwidth(dev: &CudaDevice, module: &Module) {
                 }
                 copy.push(per_call as f64 * reps as f64 / t.as_secs_f64() / 1e9);
             }
-            let (r, rlo, rhi) = median(rpc);
             let (c, clo, chi) = median(copy);
+            let (p, vs) = match packets {
+                Some((p, plo, phi)) => (format!("{p:.3} [{plo:.3}, {phi:.3}]"), format!("{:.1}", r / p)),
+                None => ("—".to_string(), "—".to_string()),
+            };
             println!(
-                "| {} | {lanes} | {bytes} | {iters} | {r:.3} [{rlo:.3}, {rhi:.3}] | {c:.2} [{clo:.2}, {chi:.2}] | {:.3} |",
+                "| {} | {lanes} | {bytes} | {iters} | {r:.3} [{rlo:.3}, {rhi:.3}] | {c:.2} [{clo:.2}, {chi:.2}] | {:.3} | {p} | {vs} |",
                 if dir == 0 { "device → host" } else { "host → device" },
                 r / c
             );
