@@ -528,15 +528,16 @@ fn host_side(svc: &Service, service: &str, rpc: &Ident, server: &Ident) -> Token
             }
         }
         let invoke = quote!(<#imp as #tr>::#method(&self.0, #(#pass),*));
-        // The return value is stored after the out-buffers: they borrow the
-        // call until `set_out` has taken them.
-        let (run, set) = match (&m.ret, m.is_async) {
-            (Ret::Never, false) => (quote!(::gpu_rpc::__private::diverge(|| #invoke)?;), quote!()),
-            (Ret::Value(ty), false) => (
-                quote!(let #r = #invoke;),
-                quote_spanned!(ty.span()=> #call.set_return::<#ty>(#lane, &#r);),
-            ),
-            _ => (quote!(#invoke;), quote!()),
+        let run = match (&m.ret, m.is_async) {
+            (Ret::Never, false) => quote!(::gpu_rpc::__private::diverge(|| #invoke)?;),
+            (Ret::Value(ty), false) => {
+                let set = quote_spanned!(ty.span()=> #call.set_return::<#ty>(#lane, &#r););
+                quote! {
+                    let #r = #invoke;
+                    #set
+                }
+            }
+            _ => quote!(#invoke;),
         };
         let uses_call = !reads.is_empty() || matches!(m.ret, Ret::Value(_)) && !m.is_async;
         let (call_p, lane_p) = if uses_call {
@@ -549,7 +550,6 @@ fn host_side(svc: &Service, service: &str, rpc: &Ident, server: &Ident) -> Token
                 #(#reads)*
                 #run
                 #(#stores)*
-                #set
                 ::gpu_rpc::__private::core::result::Result::Ok(())
             }),
         }

@@ -379,7 +379,7 @@ impl Dispatcher {
             streams,
             status,
             detail,
-            rets,
+            rets: std::cell::RefCell::new(rets),
             outs: std::cell::RefCell::new(outs),
             errors: Vec::new(),
             n_in,
@@ -452,18 +452,18 @@ impl Dispatcher {
             Some(d) if accepted => (d.ret_bytes as usize, call::spill_packets(d.ret_bytes as usize)),
             _ => (0, 0),
         };
+        let rets = call.rets.get_mut();
         for lane in iter_lanes(lanes) {
-            call.rets[lane as usize].resize(ret_len, 0);
+            rets[lane as usize].resize(ret_len, 0);
         }
+        let rets = &*rets;
         let reply_words = 1 + ret_len.min(call::FIRST_PAYLOAD).div_ceil(8);
         let port = port.send_words(reply_words, |lane, b| {
             let l = lane as usize;
             b.data[0] = call.status[l] as u32 as u64 | (call.detail[l] as u64) << 32;
-            call::fill_block(0, &call.rets[l], b);
+            call::fill_block(0, &rets[l], b);
         })?;
-        let mut port = port.send_packets(spill, |lane, i, b| {
-            call::fill_block(i + 1, &call.rets[lane as usize], b)
-        })?;
+        let mut port = port.send_packets(spill, |lane, i, b| call::fill_block(i + 1, &rets[lane as usize], b))?;
 
         // Out-buffers, for the lanes that succeeded.
         if let (true, Some(d)) = (accepted, desc) {

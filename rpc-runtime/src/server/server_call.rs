@@ -77,7 +77,8 @@ pub struct ServerCall<'d> {
     pub(super) streams: Vec<Vec<Vec<u8>>>,
     pub(super) status: [Status; MAX_LANES as usize],
     pub(super) detail: [u32; MAX_LANES as usize],
-    pub(super) rets: Vec<Vec<u8>>,
+    /// Return values stored by `set_return` (`&self`, like `set_out`).
+    pub(super) rets: std::cell::RefCell<Vec<Vec<u8>>>,
     /// Out-buffers stored by `set_out` (a `RefCell`: `set_out` takes `&self`,
     /// as the [`OutBuffer`]s it stores borrow the call).
     pub(super) outs: std::cell::RefCell<Vec<Vec<Vec<u8>>>>,
@@ -116,7 +117,7 @@ impl ServerCall<'_> {
         Scratch {
             blocks: self.blocks,
             streams: self.streams,
-            rets: self.rets,
+            rets: self.rets.into_inner(),
             outs: self.outs.into_inner(),
         }
     }
@@ -255,8 +256,9 @@ impl ServerCall<'_> {
     }
 
     /// Store lane `lane`'s return value.
-    pub fn set_return<T: Wire>(&mut self, lane: u32, v: &T) {
-        let buf = &mut self.rets[lane as usize];
+    pub fn set_return<T: Wire>(&self, lane: u32, v: &T) {
+        let mut rets = self.rets.borrow_mut();
+        let buf = &mut rets[lane as usize];
         buf.clear();
         buf.resize(T::SIZE, 0);
         v.encode(buf);
