@@ -14,8 +14,24 @@ use super::serve_call::{direct_of, lens_of};
 use super::*;
 use crate::device_memory::Lent;
 
-/// Device addresses of a call's direct streams and out-buffers, per lane.
-pub(super) type Addresses = [[u64; MAX_IN_STREAMS + MAX_OUT_STREAMS]; MAX_LANES as usize];
+/// Device addresses of a call's direct streams and out-buffers: per lane, a
+/// row of `MAX_IN_STREAMS + MAX_OUT_STREAMS` words, made when the lane's
+/// first address arrives (small allocations, kept by the thread's scratch).
+pub(super) type Addresses = [Vec<u64>];
+
+/// The address of stream or out-buffer `index` of `lane` (0 if none came).
+fn address(addrs: &Addresses, lane: u32, index: usize) -> u64 {
+    addrs[lane as usize].get(index).copied().unwrap_or(0)
+}
+
+/// Record `at` as the address of stream or out-buffer `index` of `lane`.
+pub(super) fn set_address(addrs: &mut Addresses, lane: u32, index: usize, at: u64) {
+    let row = &mut addrs[lane as usize];
+    if row.len() < MAX_IN_STREAMS + MAX_OUT_STREAMS {
+        row.resize(MAX_IN_STREAMS + MAX_OUT_STREAMS, 0);
+    }
+    row[index] = at;
+}
 
 /// Refuse one lane: `(lane, status, argument index, message)`.
 pub(super) type Refuse<'r> = dyn FnMut(u32, Status, u32, String) + 'r;
@@ -175,7 +191,7 @@ impl Dispatcher {
                     continue;
                 }
                 refused |= 1 << lane;
-                let at = addrs[lane as usize][index];
+                let at = address(addrs, lane, index);
                 let what = match index.checked_sub(n_in) {
                     Some(j) => format!("out-buffer {j} asks for a direct copy to {at:#x}"),
                     None => format!("streamed argument {index} asks for a direct copy from {at:#x}"),
@@ -225,7 +241,7 @@ impl Dispatcher {
                 for s in slots.iter().take(wanted.len()) {
                     let (_, tail) = std::mem::take(&mut rest).split_at_mut(s.at - offset);
                     let (mine, tail) = tail.split_at_mut(s.len);
-                    copies.push((addrs[s.lane as usize][s.index], mine));
+                    copies.push((address(addrs, s.lane, s.index), mine));
                     rest = tail;
                     offset = s.at + s.len;
                 }
@@ -260,7 +276,7 @@ impl Dispatcher {
                 for (lane, lane_streams) in streams.iter_mut().enumerate() {
                     for (i, s) in lane_streams.iter_mut().enumerate() {
                         if let Some(&(l, i)) = want.next_if(|&&(l, k)| l as usize == lane && k == i) {
-                            copies.push((addrs[lane][i], s.as_mut_slice()));
+                            copies.push((address(addrs, lane as u32, i), s.as_mut_slice()));
                             who.push((l, i));
                         }
                     }
@@ -274,7 +290,7 @@ impl Dispatcher {
         for (k, e) in failed {
             if let Some(&(lane, i)) = wanted.get(k).filter(|&&(lane, _)| refused & 1 << lane == 0) {
                 refused |= 1 << lane;
-                let at = addrs[lane as usize][i];
+                let at = address(addrs, lane, i);
                 let len = lens_of(&blocks[lane as usize], i);
                 let message = format!("streamed argument {i}: the direct copy of {len} bytes from {at:#x} failed: {e}");
                 refuse(lane, Status::InvalidArgument, i as u32, message);
@@ -309,7 +325,7 @@ impl Dispatcher {
         match memory {
             None => {
                 for (k, &(lane, j)) in wanted.iter().enumerate() {
-                    let at = addrs[lane as usize][n_in + j];
+                    let at = address(addrs, lane, n_in + j);
                     failed.push((
                         k,
                         format!(
@@ -325,7 +341,7 @@ impl Dispatcher {
                     .iter()
                     .map(|&(lane, j)| {
                         let l = lane as usize;
-                        let at = addrs[l][n_in + j];
+                        let at = address(addrs, lane, n_in + j);
                         if let Some(b) = call.loan.as_ref().and_then(|loan| loan.stored_out(lane, n_in + j)) {
                             return (at, b);
                         }

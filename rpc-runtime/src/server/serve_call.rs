@@ -3,6 +3,7 @@
 //! statuses, return values and out-buffers; and the per-thread scratch
 //! buffers that keep this allocation-free in the steady state.
 
+use super::direct::set_address;
 use super::server_call::panic_message;
 use super::*;
 
@@ -158,9 +159,8 @@ impl Dispatcher {
             mut streams,
             rets,
             outs,
+            mut addrs,
         } = Scratch::take();
-        // Device addresses of the direct streams and out-buffers, per lane.
-        let mut addrs = [[0u64; MAX_IN_STREAMS + MAX_OUT_STREAMS]; MAX_LANES as usize];
         for lane in iter_lanes(lanes) {
             let blk = &mut blocks[lane as usize];
             blk.clear();
@@ -318,7 +318,7 @@ impl Dispatcher {
                         return;
                     }
                     if direct(lane, i) {
-                        addrs[l][i] = b.data[0];
+                        set_address(&mut addrs, lane, i, b.data[0]);
                         return;
                     }
                     // `len <= limit` here, and `limit` is a host allocation size.
@@ -343,7 +343,7 @@ impl Dispatcher {
             let packets = iter_lanes(lanes).any(|lane| direct(lane, n_in + j)) as u64;
             port = port.recv_packets(packets, |lane, _, b| {
                 if direct(lane, n_in + j) {
-                    addrs[lane as usize][n_in + j] = b.data[0];
+                    set_address(&mut addrs, lane, n_in + j, b.data[0]);
                 }
             })?;
         }
@@ -352,7 +352,7 @@ impl Dispatcher {
         // memory the backend lends for the call, with room for the direct
         // out-buffers, where it can).
         let mut loan = None;
-        if let (true, Some(d)) = (accepted, desc) {
+        if let (true, Some(d), true) = (accepted, desc, n_in + n_out > 0) {
             let ok = iter_lanes(lanes)
                 .filter(|&l| status[l as usize] == Status::Ok)
                 .fold(0, |m, l| m | 1 << l);
@@ -441,7 +441,7 @@ impl Dispatcher {
         let streamed = n_in + n_out > 0;
         if !frame.reply {
             port.close();
-            call.into_scratch().put(lanes, streamed);
+            call.into_scratch(addrs).put(lanes, streamed);
             return Ok(());
         }
 
@@ -495,7 +495,7 @@ impl Dispatcher {
             }
         }
         port.close();
-        call.into_scratch().put(lanes, streamed);
+        call.into_scratch(addrs).put(lanes, streamed);
         Ok(())
     }
 }
@@ -509,6 +509,10 @@ pub(super) struct Scratch {
     pub(super) streams: Vec<Vec<Vec<u8>>>,
     pub(super) rets: Vec<Vec<u8>>,
     pub(super) outs: Vec<Vec<Vec<u8>>>,
+    /// Device addresses of a call's direct streams and out-buffers, per
+    /// lane (only those the call's length words mark direct are read, each
+    /// after the call wrote it): kept, so no call clears or allocates them.
+    pub(super) addrs: Vec<Vec<u64>>,
 }
 
 /// Largest buffer a server thread keeps for reuse.
@@ -527,6 +531,7 @@ impl Scratch {
             streams: (0..lanes).map(|_| Vec::new()).collect(),
             rets: (0..lanes).map(|_| Vec::new()).collect(),
             outs: (0..lanes).map(|_| Vec::new()).collect(),
+            addrs: (0..lanes).map(|_| Vec::new()).collect(),
         }
     }
 

@@ -113,8 +113,9 @@ impl ServerCall<'_> {
     }
 
     /// The call's buffers, for reuse by the next call.
-    pub(super) fn into_scratch(self) -> Scratch {
+    pub(super) fn into_scratch(self, addrs: Vec<Vec<u64>>) -> Scratch {
         Scratch {
+            addrs,
             blocks: self.blocks,
             streams: self.streams,
             rets: self.rets.into_inner(),
