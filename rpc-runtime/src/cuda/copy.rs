@@ -419,42 +419,84 @@ impl CudaCopies {
     }
 }
 
-impl DeviceMemory for CudaCopies {
-    fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, CopyError)) {
-        if self.device.bind().is_err() {
-            (0..copies.len()).for_each(|k| {
-                failed(
-                    k,
-                    CopyError {
-                        what: "cuCtxSetCurrent",
-                        code: -1,
-                    },
-                )
-            });
-            return;
+/// Which way a call's copies go, and how each kind of span moves.
+enum Way<'c, 'b> {
+    /// Device to host, into the buffers.
+    In(&'c mut [(u64, &'b mut [u8])]),
+    /// Host to device, from the buffers.
+    Out(&'c [(u64, &'b [u8])]),
+}
+
+impl Way<'_, '_> {
+    fn ranges(&self) -> Vec<(u64, usize)> {
+        match self {
+            Way::In(c) => c.iter().map(|(a, d)| (*a, d.len())).collect(),
+            Way::Out(c) => c.iter().map(|(a, s)| (*a, s.len())).collect(),
         }
-        let ranges: Vec<(u64, usize)> = copies.iter().map(|(a, d)| (*a, d.len())).collect();
-        let spans = Self::spans(&ranges, Some(MERGE_GAP_BYTES));
+    }
+
+    fn hosts(&self) -> Vec<usize> {
+        match self {
+            Way::In(c) => c.iter().map(|(_, d)| d.as_ptr() as usize).collect(),
+            Way::Out(c) => c.iter().map(|(_, s)| s.as_ptr() as usize).collect(),
+        }
+    }
+
+    /// Queue the transfer of `span` between the device and `host`, where its
+    /// members lie as on the device, on `stream`.
+    fn enqueue(&self, span: &Span, host: usize, stream: sys::CUstream) -> Result<(), CopyError> {
+        let len = (span.end - span.start) as usize;
+        match self {
+            // SAFETY: `[host, host + len)` is lent pinned memory, the members'
+            // buffers, borrowed by the copies until `transfer` returns, after
+            // the streams are synchronized; the driver checks the device
+            // range.
+            Way::In(_) => call("cuMemcpyDtoHAsync", || unsafe {
+                sys::cuMemcpyDtoHAsync_v2(host as *mut c_void, span.start, len, stream).result()
+            }),
+            // SAFETY: as above; the memory holds the members' bytes.
+            Way::Out(_) => call("cuMemcpyHtoDAsync", || unsafe {
+                sys::cuMemcpyHtoDAsync_v2(span.start, host as *const c_void, len, stream).result()
+            }),
+        }
+    }
+
+    /// Move `span` through the stage's halves.
+    fn staged(&mut self, stage: &mut Stage, span: &Span) -> Result<(), CopyError> {
+        match self {
+            Way::In(c) => CudaCopies::read_span(stage, span, c),
+            Way::Out(c) => CudaCopies::write_span(stage, span, c),
+        }
+    }
+}
+
+impl CudaCopies {
+    /// One call's copies, either way: spans that lie in lent memory as on
+    /// the device in one transfer each, straight; the others through the
+    /// stage (a merged span that fails is retried slice by slice, so a bad
+    /// address fails only its own lane).
+    fn transfer(&self, mut way: Way<'_, '_>, failed: &mut dyn FnMut(usize, CopyError)) {
+        let ranges = way.ranges();
+        let all = |failed: &mut dyn FnMut(usize, CopyError), e| (0..ranges.len()).for_each(|k| failed(k, e));
+        if self.device.bind().is_err() {
+            let e = CopyError {
+                what: "cuCtxSetCurrent",
+                code: -1,
+            };
+            return all(failed, e);
+        }
+        // Reads may bridge small gaps; writes never touch bytes between
+        // slices.
+        let gap = matches!(way, Way::In(_)).then_some(MERGE_GAP_BYTES);
+        let spans = Self::spans(&ranges, gap);
         let mut stage = match self.take() {
             Ok(s) => s,
-            Err(e) => return (0..copies.len()).for_each(|k| failed(k, e)),
+            Err(e) => return all(failed, e),
         };
-        // Spans that land in lent memory as laid out on the device: straight
-        // from the device, no staging copy.
-        let hosts: Vec<usize> = copies.iter().map(|(_, d)| d.as_ptr() as usize).collect();
-        let (direct, staged) = self.direct_spans(&spans, &ranges, &hosts);
+        let (direct, staged) = self.direct_spans(&spans, &ranges, &way.hosts());
         let mut queued = Vec::new();
         for (n, (span, host)) in direct.iter().enumerate() {
-            let stream = stage.streams[n % 2];
-            let len = (span.end - span.start) as usize;
-            // SAFETY: `[host, host + len)` is lent pinned memory, the members'
-            // buffers (borrowed mutably by `copies` until this method returns,
-            // after the streams are synchronized below); the driver checks
-            // the device range.
-            let sent = call("cuMemcpyDtoHAsync", || unsafe {
-                sys::cuMemcpyDtoHAsync_v2(*host as *mut c_void, span.start, len, stream).result()
-            });
-            match sent {
+            match way.enqueue(span, *host, stage.streams[n % 2]) {
                 Ok(()) => queued.push(*span),
                 Err(e) => span.members.iter().for_each(|&k| failed(k, e)),
             }
@@ -463,81 +505,31 @@ impl DeviceMemory for CudaCopies {
             queued.iter().flat_map(|sp| &sp.members).for_each(|&k| failed(k, e));
         }
         for span in staged {
-            if Self::read_span(&mut stage, span, copies).is_ok() {
+            if way.staged(&mut stage, span).is_ok() {
                 continue;
             }
-            // Slice by slice: only a bad one fails.
             for &k in &span.members {
                 let one = Span {
                     start: ranges[k].0,
                     end: ranges[k].0 + ranges[k].1 as u64,
                     members: vec![k],
                 };
-                if let Err(e) = Self::read_span(&mut stage, &one, copies) {
+                if let Err(e) = way.staged(&mut stage, &one) {
                     failed(k, e);
                 }
             }
         }
         self.give(stage);
     }
+}
+
+impl DeviceMemory for CudaCopies {
+    fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+        self.transfer(Way::In(copies), failed)
+    }
 
     fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, CopyError)) {
-        if self.device.bind().is_err() {
-            (0..copies.len()).for_each(|k| {
-                failed(
-                    k,
-                    CopyError {
-                        what: "cuCtxSetCurrent",
-                        code: -1,
-                    },
-                )
-            });
-            return;
-        }
-        let ranges: Vec<(u64, usize)> = copies.iter().map(|(a, s)| (*a, s.len())).collect();
-        let spans = Self::spans(&ranges, None);
-        let mut stage = match self.take() {
-            Ok(s) => s,
-            Err(e) => return (0..copies.len()).for_each(|k| failed(k, e)),
-        };
-        // Spans that leave from lent memory laid out as on the device:
-        // straight to the device.
-        let hosts: Vec<usize> = copies.iter().map(|(_, s)| s.as_ptr() as usize).collect();
-        let (direct, staged) = self.direct_spans(&spans, &ranges, &hosts);
-        let mut queued = Vec::new();
-        for (n, (span, host)) in direct.iter().enumerate() {
-            let stream = stage.streams[n % 2];
-            let len = (span.end - span.start) as usize;
-            // SAFETY: `[host, host + len)` is lent pinned memory holding the
-            // members' bytes (borrowed by `copies` until this method returns,
-            // after the streams are synchronized below).
-            let sent = call("cuMemcpyHtoDAsync", || unsafe {
-                sys::cuMemcpyHtoDAsync_v2(span.start, *host as *const c_void, len, stream).result()
-            });
-            match sent {
-                Ok(()) => queued.push(*span),
-                Err(e) => span.members.iter().for_each(|&k| failed(k, e)),
-            }
-        }
-        if let Err(e) = stage.sync(0).and(stage.sync(1)) {
-            queued.iter().flat_map(|sp| &sp.members).for_each(|&k| failed(k, e));
-        }
-        for span in staged {
-            if Self::write_span(&mut stage, span, copies).is_ok() {
-                continue;
-            }
-            for &k in &span.members {
-                let one = Span {
-                    start: ranges[k].0,
-                    end: ranges[k].0 + ranges[k].1 as u64,
-                    members: vec![k],
-                };
-                if let Err(e) = Self::write_span(&mut stage, &one, copies) {
-                    failed(k, e);
-                }
-            }
-        }
-        self.give(stage);
+        self.transfer(Way::Out(copies), failed)
     }
 
     fn lend(&self, bytes: usize) -> Option<crate::device_memory::Lent<'_>> {

@@ -266,23 +266,18 @@ impl Dispatcher {
                 for i in 0..n_in {
                     let len = lens(lane, i);
                     let end = (at as u64).saturating_add(len);
-                    if direct(lane, i) {
-                        let message = format!("inline streamed argument {i} is marked direct (sent by address)");
-                        refuse(
-                            lane,
-                            Status::InvalidArgument,
-                            i as u32,
-                            message,
-                            &mut status,
-                            &mut detail,
-                        );
-                        return;
-                    }
-                    if end > call::FIRST_PAYLOAD as u64 {
-                        let message = format!(
-                            "inline streamed argument {i} ends at byte {end} of packet 0's payload, which holds {}",
+                    let wrong = if direct(lane, i) {
+                        Some("is marked direct (sent by address)".to_string())
+                    } else if end > call::FIRST_PAYLOAD as u64 {
+                        Some(format!(
+                            "ends at byte {end} of packet 0's payload, which holds {}",
                             call::FIRST_PAYLOAD
-                        );
+                        ))
+                    } else {
+                        None
+                    };
+                    if let Some(why) = wrong {
+                        let message = format!("inline streamed argument {i} {why}");
                         refuse(
                             lane,
                             Status::InvalidArgument,
