@@ -14,15 +14,22 @@
 //! never while waiting for anything else, so this cannot deadlock).
 //!
 //! The server can also borrow pinned memory for a whole call
-//! ([`DeviceMemory::lend`], from the same budget): a slice of
-//! [`MERGE_MAX_BYTES`] or more that lands in it, or leaves from it, moves
-//! between the device and it directly, with no staging copy at all.
+//! ([`DeviceMemory::lend`], from the same budget; at most half of it per
+//! call, and none when the budget is taken: the call then uses ordinary
+//! buffers and the stages). So that a thread holding such a loan never
+//! waits for a stage nobody can make, one stage is always allowed: the
+//! pinned memory of a region's copies is at most the limit plus one stage
+//! (8 MiB). Slices that lie in lent memory as they lie on the device (the
+//! server packs a call's slices in lane order, so a warp's adjacent slices
+//! do) move between the device and it in one transfer, with no staging copy
+//! at all.
 //!
-//! A call's other copies are sorted by address; neighbours in one allocation
+//! A call's copies are sorted by address; neighbours in one allocation
 //! (`cuMemGetAddressRange`) are merged into one transfer, reading across gaps
 //! of up to [`MERGE_GAP_BYTES`] (a warp's lanes usually pass adjacent slices
 //! of one buffer: one transfer instead of 32). Writes merge only slices that
-//! touch, so no byte outside a lane's out-buffer is written. A merged
+//! touch, so no byte outside a lane's out-buffer is written; slices of
+//! [`MERGE_MAX_BYTES`] or more move on their own. A merged
 //! transfer that fails is retried slice by slice, so a bad address fails
 //! only its own lane.
 
