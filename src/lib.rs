@@ -92,7 +92,9 @@ pub mod __private {
     #[cfg(feature = "std")]
     pub use std::sync::Arc;
 
-    pub use crate::call::{fail, halt, lengths_bytes, out_len_word, stream_len_word, Block, CallDesc, CallError};
+    pub use crate::call::{
+        direct_items, fail, halt, lengths_bytes, out_len_word, stream_len_word, Block, CallDesc, CallError,
+    };
     pub use crate::cpp;
     pub use crate::protocol::Client;
     #[cfg(feature = "std")]

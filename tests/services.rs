@@ -505,6 +505,38 @@ fn large_slices_go_by_address() {
     assert_eq!(report.errors, 0);
 }
 
+/// A fire-and-forget call never sends a slice by address, however long:
+/// the lane goes on (and may free or reuse the slice) before the host gets
+/// to it. A 2900-byte message is 46 packets after the frame (the client's
+/// outbox flips an odd number of times; by address it would be 2, even),
+/// and arrives whole although the lane dropped it at once.
+#[test]
+fn fire_and_forget_slices_stay_in_packets() {
+    let (d, host) = kinds_dispatcher();
+    let region = Region::new(Layout::new(1, 1).unwrap());
+    let one = Launch {
+        threads: 1,
+        server_threads: 1,
+        port_count: 1,
+        lane_size: 1,
+    };
+    let text: String = (0..2900).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+    let before = region.server().snapshot(0).client_outbox;
+    let report = run_on(&region, &one, &d, |c, _| {
+        let k = KindsClient::new(c);
+        let msg = text.clone();
+        k.log(7, &msg);
+        drop(msg);
+        // Overwrite what the allocator hands out next.
+        let _noise = vec![0xffu8; 2900];
+    })
+    .unwrap();
+    assert_eq!(report.errors, 0);
+    let flips = region.server().snapshot(0).client_outbox ^ before;
+    assert_eq!(flips, 1, "47 packets: frame and 46 of the message");
+    assert_eq!(*host.logs.lock().unwrap(), [(7, text)]);
+}
+
 /// A method's one stream, when it fits in packet 0 after the argument
 /// block, rides with the frame: the client sends one packet per call instead
 /// of two (its outbox flips once). That holds for `&str`, `&[u8]` and encoded

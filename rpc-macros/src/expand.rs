@@ -297,35 +297,51 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
     let mut outs = Vec::new();
     // Each out-buffer's address, sent when it goes direct.
     let mut places = Vec::new();
+    // Whether each slice goes direct, decided once per call (the length
+    // word, the stream and the out-buffer steps must agree). Never for a
+    // fire-and-forget call: the lane may reuse the slice before the host
+    // copies it.
+    let mut decide = Vec::new();
     let (mut i_in, mut i_out) = (0usize, n_in);
     let mut sizes = Vec::new();
-    for a in &m.args {
+    for (k, a) in m.args.iter().enumerate() {
         let id = &a.ident;
+        let d = local(&format!("direct{k}"));
+        let decided = |items: TokenStream| {
+            if m.is_async {
+                quote!(let #d = false;)
+            } else {
+                quote!(let #d = ::gpu_rpc::__private::direct_items(#items);)
+            }
+        };
         match &a.kind {
             ArgKind::Str => {
                 let i = usize_lit(i_in);
                 i_in += 1;
-                fill.push(quote!(::gpu_rpc::__private::put_len(&mut #block, #i, ::gpu_rpc::__private::stream_len_word(#id.as_bytes()));));
-                streams.push(quote!(let #call = #call.stream(#id.as_bytes());));
+                decide.push(decided(quote!(#id.as_bytes())));
+                fill.push(quote!(::gpu_rpc::__private::put_len(&mut #block, #i, ::gpu_rpc::__private::stream_len_word(#id.as_bytes(), #d));));
+                streams.push(quote!(let #call = #call.stream_with(#id.as_bytes(), #d);));
                 raws.push(quote!(#id.as_bytes()));
             }
             ArgKind::Slice(_) => {
                 let i = usize_lit(i_in);
                 i_in += 1;
+                decide.push(decided(quote!(#id)));
                 fill.push(
-                    quote!(::gpu_rpc::__private::put_len(&mut #block, #i, ::gpu_rpc::__private::stream_len_word(#id));),
+                    quote!(::gpu_rpc::__private::put_len(&mut #block, #i, ::gpu_rpc::__private::stream_len_word(#id, #d));),
                 );
-                streams.push(quote!(let #call = #call.stream(#id);));
+                streams.push(quote!(let #call = #call.stream_with(#id, #d);));
                 raws.push(quote!(#id));
             }
             ArgKind::Out(_) => {
                 let j = usize_lit(i_out);
                 i_out += 1;
+                decide.push(decided(quote!(&*#id)));
                 fill.push(
-                    quote!(::gpu_rpc::__private::put_len(&mut #block, #j, ::gpu_rpc::__private::out_len_word(&*#id));),
+                    quote!(::gpu_rpc::__private::put_len(&mut #block, #j, ::gpu_rpc::__private::out_len_word(&*#id, #d));),
                 );
-                places.push(quote!(let #call = #call.out_address(&*#id);));
-                outs.push(quote!(let #reply = #reply.out(&mut *#id);));
+                places.push(quote!(let #call = #call.out_address(&mut *#id, #d);));
+                outs.push(quote!(let #reply = #reply.out_with(&mut *#id, #d);));
             }
             ArgKind::Value => {
                 let ty = &a.ty;
@@ -344,6 +360,7 @@ fn client_method(service: &str, rpc: &Ident, m: &Method) -> TokenStream {
         _ => quote!(let #call = self.client.begin(#rpc::#c, &#block);),
     };
     let send = quote! {
+        #(#decide)*
         let #block_mut #block = ::gpu_rpc::__private::Block([0u8; #rpc::#c.block_len()]);
         #(#fill)*
         #begin

@@ -7,8 +7,10 @@
 //! [`Server::with_memory`](crate::protocol::Server::with_memory). The CUDA
 //! backend's copies run on the copy engine while the kernel runs; the CPU
 //! backend's read its own process's memory. A server without one refuses
-//! direct lanes (each with an error naming the lane); clients only use the
-//! direct path where their backend serves it.
+//! direct lanes (each with an error naming the lane). On NVPTX the direct
+//! path is on unless the kernel turns it off
+//! ([`call::set_direct`](crate::call::set_direct)): serve CUDA kernels with
+//! a server that has device memory (`CudaRegion::server` gives its own).
 //!
 //! Addresses come from the device and are not trusted: an implementation
 //! checks each copy (the driver refuses an address it did not map, the

@@ -83,13 +83,31 @@ pub trait Wire: Sized {
     }
     /// The raw bytes of a mutable slice when they are exactly its encoding.
     /// `Some` only for types whose every byte pattern is a valid value
-    /// (whatever is written through the bytes leaves valid elements); the
-    /// server relies on it to zero such out-buffers a byte-wise pass at a
-    /// time.
+    /// (whatever is written through the bytes leaves valid elements; see
+    /// [`bytes_are_values`]).
     #[inline(always)]
     fn slice_as_bytes_mut(_items: &mut [Self]) -> Option<&mut [u8]> {
         None
     }
+}
+
+/// Whether `T`'s values are their own encoding, byte for byte, with every
+/// byte pattern a value (the numbers): `slice_as_bytes_mut` gives a view of
+/// exactly an element's storage. A safe impl cannot pass this (a view of
+/// `T`'s storage needs `unsafe`), so the server may zero such elements a
+/// byte-wise pass at a time and read them as bytes.
+///
+/// ```
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::wire::bytes_are_values;
+/// assert!(bytes_are_values::<u32>() && bytes_are_values::<u8>());
+/// assert!(!bytes_are_values::<bool>() && !bytes_are_values::<(u8, u16)>());
+/// ```
+pub fn bytes_are_values<T: Wire>() -> bool {
+    let mut probe = [T::zeroed()];
+    let at = probe.as_ptr() as *const u8;
+    core::mem::size_of::<T>() == T::SIZE
+        && T::slice_as_bytes_mut(&mut probe).is_some_and(|b| b.len() == T::SIZE && core::ptr::eq(b.as_ptr(), at))
 }
 
 /// Encode `v` into `out[..T::SIZE]`.

@@ -137,30 +137,37 @@ pub fn direct_items<T: Wire>(items: &[T]) -> bool {
 }
 
 /// The length word of a streamed input: its bytes, and whether it goes by
-/// address. Generated stubs write it into the argument block.
+/// address (`direct`, from [`direct_items`], decided once per call).
+/// Generated stubs write it into the argument block.
 #[inline(always)]
-pub fn stream_len_word<T: Wire>(items: &[T]) -> u64 {
-    len_word((items.len() * T::SIZE) as u64, direct_items(items))
+pub fn stream_len_word<T: Wire>(items: &[T], direct: bool) -> u64 {
+    len_word((items.len() * T::SIZE) as u64, direct)
 }
 
 /// The length word of an out-buffer: its elements, and whether it goes by
 /// address.
 #[inline(always)]
-pub fn out_len_word<T: Wire>(out: &[T]) -> u64 {
-    len_word(out.len() as u64, direct_items(out))
+pub fn out_len_word<T: Wire>(out: &[T], direct: bool) -> u64 {
+    len_word(out.len() as u64, direct)
 }
 
 impl<'p, 'a> ClientCall<'p, 'a> {
-    /// Stream this lane's `items` (after the frame, in argument order): the
-    /// elements, or their address when they go direct.
+    /// Stream this lane's `items` (after the frame, in argument order) in
+    /// packets, for a length word written without [`DIRECT`].
     #[inline]
     pub fn stream<T: Wire>(self, items: &[T]) -> Self {
+        self.stream_with(items, false)
+    }
+
+    /// Stream this lane's `items`: their address if `by_address` (the
+    /// decision the length word carries), else the elements.
+    #[inline]
+    pub fn stream_with<T: Wire>(self, items: &[T], by_address: bool) -> Self {
         if self.inlined {
             return self;
         }
         let bytes = (items.len() * T::SIZE) as u64;
         let raw = T::slice_as_bytes(items);
-        let by_address = direct_items(items);
         let packets = if by_address { 1 } else { stream_packets(bytes) };
         let port = self.port.send_packets(packets, |i, b| {
             if by_address {
@@ -193,15 +200,14 @@ impl<'p, 'a> ClientCall<'p, 'a> {
         }
     }
 
-    /// Send the address of this lane's out-buffer `out` when it goes direct
-    /// (nothing otherwise), after the streams, for each out-buffer in
-    /// argument order: the host stores the results there before it replies.
+    /// Send the address of this lane's out-buffer `out` if `by_address`
+    /// (the decision its length word carries; nothing otherwise), after the
+    /// streams, for each out-buffer in argument order: the host stores the
+    /// results there before it replies.
     #[inline]
-    pub fn out_address<T: Wire>(self, out: &[T]) -> Self {
-        let by_address = direct_items(out);
-        let port = self
-            .port
-            .send_packets(by_address as u64, |_, b| b.data[0] = out.as_ptr() as u64);
+    pub fn out_address<T: Wire>(self, out: &mut [T], by_address: bool) -> Self {
+        let at = out.as_mut_ptr() as u64;
+        let port = self.port.send_packets(by_address as u64, |_, b| b.data[0] = at);
         ClientCall {
             port,
             desc: self.desc,
@@ -300,12 +306,19 @@ impl<'p, 'a> ClientReply<'p, 'a> {
     }
 
     /// Receive the next out-buffer into `out` (only lanes whose call succeeded
-    /// receive; the others keep their buffer unchanged). A direct one
-    /// already holds the results: nothing is received.
+    /// receive; the others keep their buffer unchanged), for a call that
+    /// sent it in packets.
     #[inline]
     pub fn out<T: Wire>(self, out: &mut [T]) -> Self {
-        // A direct out-buffer was written by the host before the reply.
-        let ok = self.status == Status::Ok && !direct_items(out);
+        self.out_with(out, false)
+    }
+
+    /// [`out`](Self::out), for an out-buffer that went direct if
+    /// `by_address`: the host stored the results before the reply, and
+    /// nothing is received.
+    #[inline]
+    pub fn out_with<T: Wire>(self, out: &mut [T], by_address: bool) -> Self {
+        let ok = self.status == Status::Ok && !by_address;
         let size = T::SIZE;
         let per = BUFFER_BYTES / size;
         let packets = if ok {

@@ -38,9 +38,12 @@
 //! backend's [`DeviceMemory`](crate::device_memory::DeviceMemory), e.g. the
 //! copy engine, while the kernel runs), stores the out-buffers' encoded
 //! elements densely at their addresses before it sends the reply, and sends
-//! no packet for them in step 4. Each lane decides for itself ([`direct`]):
-//! one group may mix direct lanes and packet lanes. A short slice, or one on
-//! the stack, keeps the packets.
+//! no packet for them in step 4. Each lane decides for itself ([`direct`]),
+//! once per call and slice (the length word, the address packet and the
+//! out-buffer step follow that one decision): one group may mix direct
+//! lanes and packet lanes. A short slice, or one on the stack, keeps the
+//! packets, and so does every slice of a fire-and-forget call (the lane may
+//! reuse it before the host gets to copy it).
 //!
 //! Because the frame word states how many packets of arguments and streams
 //! follow, a server can consume a call it does not know (an unknown opcode, a
@@ -390,8 +393,8 @@ pub const fn split_len_word(word: u64) -> (u64, bool) {
 
 /// Whether this lane's slice of `bytes` bytes at `ptr` goes by address: long
 /// enough, laid out as encoded (`raw`), and in memory this lane's server can
-/// copy (see [the direct path](self#the-direct-path)). Both the length word
-/// and the stream step ask it, so they agree.
+/// copy (see [the direct path](self#the-direct-path)). Generated stubs ask
+/// once per call and slice and pass the answer on.
 #[inline(always)]
 pub fn direct(ptr: *const u8, bytes: usize, raw: bool) -> bool {
     raw && bytes >= DIRECT_MIN_BYTES && server_can_copy(ptr)
@@ -455,7 +458,8 @@ std::thread_local! {
 ///
 /// * On NVPTX it is on by default and the switch is the module's: it holds
 ///   for every thread of every launch of the kernel image until set again
-///   (set it from every thread, or before the calls, at each launch).
+///   (set it at the start of the kernel; a call decides once, when it
+///   starts, so a switch in the middle of one cannot split it).
 /// * On the host it is the calling thread's, off by default: the CPU
 ///   backend turns it on for the lanes it runs (their server copies with
 ///   the process's memory); tests that serve with a `DeviceMemory` of their

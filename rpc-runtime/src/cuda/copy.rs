@@ -326,8 +326,12 @@ impl CudaCopies {
                 .members
                 .iter()
                 .all(|&k| hosts[k].wrapping_sub(ranges[k].0 as usize) == delta);
+            // The members must tile the span: a transfer across a gap would
+            // write the gap's bytes over whatever the loan holds there.
+            let covered: u64 = sp.members.iter().map(|&k| ranges[k].1 as u64).sum();
+            let tiled = covered == sp.end - sp.start;
             let host = (sp.start as usize).wrapping_add(delta);
-            if uniform && pool.is_lent(host, (sp.end - sp.start) as usize) {
+            if uniform && tiled && pool.is_lent(host, (sp.end - sp.start) as usize) {
                 direct.push((sp, host));
             } else {
                 staged.push(sp);
@@ -392,7 +396,12 @@ impl CudaCopies {
         for c in 0..chunks {
             let h = c % 2;
             if c >= 2 {
-                stage.sync(h)?;
+                if let Err(e) = stage.sync(h) {
+                    // The other half may still be on the bus: let it finish
+                    // before the stage is used again.
+                    let _ = stage.sync(1 - h);
+                    return Err(e);
+                }
             }
             let lo = span.start + (c * STAGE_HALF_BYTES) as u64;
             let n = (total - c * STAGE_HALF_BYTES).min(STAGE_HALF_BYTES);
@@ -553,11 +562,11 @@ impl DeviceMemory for CudaCopies {
         let arena = match found {
             Some(i) => pool.arenas.swap_remove(i),
             None => {
-                // Make room by freeing idle arenas, largest first.
-                pool.arenas.sort_by_key(|a| a.len);
-                while pool.bytes() + need > self.limit {
-                    let a = pool.arenas.pop()?;
-                    pool.arena_bytes -= a.len;
+                // No room: the call uses ordinary buffers. (Idle arenas are
+                // not freed to make room: freeing pinned memory may wait
+                // for the device, which may be waiting for this server.)
+                if pool.bytes() + need > self.limit {
+                    return None;
                 }
                 pool.arena_bytes += need;
                 drop(pool);

@@ -79,9 +79,10 @@ impl Loan<'_> {
     }
 
     /// The place of out-buffer `index` of `lane`, zeroed, for a host method
-    /// to write `count` elements of `T` (numbers: any bytes are valid) into;
-    /// `None` if it has none, it was handed out already, or it is not
-    /// aligned for `T`.
+    /// to write `count` elements of `T` into (the caller checked
+    /// [`bytes_are_values`](crate::wire::bytes_are_values)`::<T>()`); `None`
+    /// if it has none, it was handed out already, or it is not aligned for
+    /// `T`.
     // `&mut` from `&self`: the slot is raw memory of the loan, handed out
     // once (`taken`), like a cell's contents.
     #[allow(clippy::mut_from_ref)]
@@ -337,21 +338,40 @@ impl Dispatcher {
             }
             Some(memory) => {
                 let outs = &*call.outs.get_mut();
-                let copies: Vec<(u64, &[u8])> = wanted
+                // Each out-buffer as the host method stored it: in the loan,
+                // else in the call's buffers.
+                let stored: Vec<(u64, &[u8])> = wanted
                     .iter()
                     .map(|&(lane, j)| {
-                        let l = lane as usize;
                         let at = address(addrs, lane, n_in + j);
                         if let Some(b) = call.loan.as_ref().and_then(|loan| loan.stored_out(lane, n_in + j)) {
                             return (at, b);
                         }
-                        let bytes = lens_of(&call.blocks[l], n_in + j) as usize * desc.out_elem_sizes[j] as usize;
-                        let data = outs[l].get(j).map(Vec::as_slice).unwrap_or_default();
-                        (at, &data[..bytes.min(data.len())])
+                        (at, outs[lane as usize].get(j).map(Vec::as_slice).unwrap_or_default())
                     })
                     .collect();
-                memory.write(&copies, &mut |k, e| {
-                    let (at, data) = (copies[k].0, copies[k].1.len());
+                // One the host method did not store whole (a hand-written
+                // dispatch) fails its lane and is not copied, rather than
+                // leave device bytes unwritten under `Ok`.
+                let mut copies = Vec::with_capacity(stored.len());
+                let mut which = Vec::with_capacity(stored.len());
+                for (k, (&(lane, j), &(at, data))) in wanted.iter().zip(&stored).enumerate() {
+                    let want =
+                        lens_of(&call.blocks[lane as usize], n_in + j) as usize * desc.out_elem_sizes[j] as usize;
+                    if data.len() == want {
+                        copies.push((at, data));
+                        which.push(k);
+                    } else {
+                        let message = format!(
+                            "out-buffer {j}: the host method stored {} of its {want} bytes",
+                            data.len()
+                        );
+                        failed.push((k, message));
+                    }
+                }
+                memory.write(&copies, &mut |c, e| {
+                    let (at, data) = (copies[c].0, copies[c].1.len());
+                    let k = which[c];
                     let j = wanted[k].1;
                     failed.push((
                         k,

@@ -222,7 +222,7 @@ impl ServerCall<'_> {
     pub fn out_buffer<T: Wire>(&self, lane: u32, j: usize) -> Result<OutBuffer<'_, T>, LaneError> {
         let block = self.blocks.get(lane as usize).map(Vec::as_slice).unwrap_or_default();
         let count = lens_of(block, self.n_in + j);
-        let numbers = T::slice_as_bytes_mut(&mut []).is_some();
+        let numbers = crate::wire::bytes_are_values::<T>();
         if let (true, Some(loan)) = (numbers, self.loan.as_ref()) {
             if let Some(place) = loan.take_out::<T>(lane, self.n_in + j, count as usize) {
                 return Ok(OutBuffer(Out::Lent(place)));
@@ -243,9 +243,9 @@ impl ServerCall<'_> {
         if numbers {
             // Numbers: all-zero bytes are `zeroed()`, written in one pass
             // (megabytes of out-buffer are common on the direct path).
-            // SAFETY: the capacity was reserved above; `slice_as_bytes_mut`
-            // is `Some` only for types whose every byte pattern is a valid
-            // value (see `Wire`), so the zeroed elements are initialized.
+            // SAFETY: the capacity was reserved above; for `T` every byte
+            // pattern is a value (`bytes_are_values`, which only an
+            // `unsafe` impl passes), so the zeroed elements are initialized.
             unsafe {
                 core::ptr::write_bytes(v.as_mut_ptr(), 0, count as usize);
                 v.set_len(count as usize);
