@@ -126,13 +126,16 @@ impl<'a> Client<'a> {
     }
 }
 
-/// Whether this lane's `items` take [the direct path](super#the-direct-path).
+/// Whether this lane's `items` take [the direct path](super#the-direct-path):
+/// only elements whose bytes are their encoding and every byte pattern a
+/// value ([`bytes_are_values`](crate::wire::bytes_are_values)), since the
+/// host writes an out-buffer's encoded bytes straight into them.
 #[inline(always)]
 pub fn direct_items<T: Wire>(items: &[T]) -> bool {
     direct(
         items.as_ptr().cast(),
         items.len() * T::SIZE,
-        T::slice_as_bytes(items).is_some(),
+        crate::wire::bytes_are_values::<T>(),
     )
 }
 
