@@ -409,6 +409,22 @@ fn one_mebibyte_streams() {
     assert_eq!(report.errors, 0);
 }
 
+/// Run `kernel` as one lane on `region`'s single port and return the parity
+/// of the packets the client sent (its outbox flips once per packet), after
+/// checking the run logged no error.
+fn packets_parity(region: &Region, d: &Dispatcher, kernel: impl Fn(&KindsClient<'_, '_>) + Sync) -> u32 {
+    let one = Launch {
+        threads: 1,
+        server_threads: 1,
+        port_count: 1,
+        lane_size: 1,
+    };
+    let before = region.server().snapshot(0).client_outbox;
+    let report = run_on(region, &one, d, |c, _| kernel(&KindsClient::new(c))).unwrap();
+    assert_eq!(report.errors, 0);
+    region.server().snapshot(0).client_outbox ^ before
+}
+
 /// Slices of [`DIRECT_MIN_BYTES`](gpu_rpc::call::DIRECT_MIN_BYTES) and more
 /// whose elements are laid out as encoded go by address (the server copies
 /// them from the lane's memory and stores out-buffers there), every byte
@@ -422,12 +438,6 @@ fn large_slices_go_by_address() {
     use gpu_rpc::call::DIRECT_MIN_BYTES;
     let (d, _host) = kinds_dispatcher();
     let region = Region::new(Layout::new(1, 1).unwrap());
-    let one = Launch {
-        threads: 1,
-        server_threads: 1,
-        port_count: 1,
-        lane_size: 1,
-    };
     let bytes = |n: usize, salt: u8| -> Vec<u8> {
         (0..n)
             .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 11) as u8 ^ salt)
@@ -446,13 +456,9 @@ fn large_slices_go_by_address() {
         (64 << 20, 2),
     ] {
         let data = bytes(n, n as u8);
-        let before = region.server().snapshot(0).client_outbox;
-        let report = run_on(&region, &one, &d, |c, _| {
-            assert_eq!(KindsClient::new(c).checksum(&data), fnv64(&data), "{n} bytes")
-        })
-        .unwrap();
-        assert_eq!(report.errors, 0);
-        let flips = region.server().snapshot(0).client_outbox ^ before;
+        let flips = packets_parity(&region, &d, |k| {
+            assert_eq!(k.checksum(&data), fnv64(&data), "{n} bytes")
+        });
         assert_eq!(
             flips as usize,
             packets & 1,
@@ -514,25 +520,14 @@ fn large_slices_go_by_address() {
 fn fire_and_forget_slices_stay_in_packets() {
     let (d, host) = kinds_dispatcher();
     let region = Region::new(Layout::new(1, 1).unwrap());
-    let one = Launch {
-        threads: 1,
-        server_threads: 1,
-        port_count: 1,
-        lane_size: 1,
-    };
     let text: String = (0..2900).map(|i| (b'a' + (i % 26) as u8) as char).collect();
-    let before = region.server().snapshot(0).client_outbox;
-    let report = run_on(&region, &one, &d, |c, _| {
-        let k = KindsClient::new(c);
+    let flips = packets_parity(&region, &d, |k| {
         let msg = text.clone();
         k.log(7, &msg);
         drop(msg);
         // Overwrite what the allocator hands out next.
         let _noise = vec![0xffu8; 2900];
-    })
-    .unwrap();
-    assert_eq!(report.errors, 0);
-    let flips = region.server().snapshot(0).client_outbox ^ before;
+    });
     assert_eq!(flips, 1, "47 packets: frame and 46 of the message");
     assert_eq!(*host.logs.lock().unwrap(), [(7, text)]);
 }
