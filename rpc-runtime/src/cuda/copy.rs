@@ -279,13 +279,14 @@ impl CudaCopies {
         let mut order: Vec<usize> = (0..ranges.len()).filter(|&k| ranges[k].1 > 0).collect();
         order.sort_by_key(|&k| ranges[k].0);
         let mut spans: Vec<Span> = Vec::new();
+        // The end of the allocation holding the last span, when that span
+        // may take more slices (it started with a small one).
         let mut alloc_end = None;
-        let mut mergeable = false;
         for k in order {
             let (at, len) = ranges[k];
             let end = at.saturating_add(len as u64);
             let small = len < MERGE_MAX_BYTES;
-            if let (Some(s), true, true) = (spans.last_mut(), mergeable, small) {
+            if let (Some(s), true) = (spans.last_mut(), small) {
                 let near = match gap {
                     Some(g) => at <= s.end.saturating_add(g),
                     None => at == s.end,
@@ -297,7 +298,6 @@ impl CudaCopies {
                 }
             }
             alloc_end = if small { Self::allocation_end(at) } else { None };
-            mergeable = small;
             spans.push(Span {
                 start: at,
                 end,
@@ -371,16 +371,10 @@ impl CudaCopies {
             }
             let lo = span.start + (c * STAGE_HALF_BYTES) as u64;
             let n = (total - c * STAGE_HALF_BYTES).min(STAGE_HALF_BYTES);
-            let hi = lo + n as u64;
             let half = &stage.half(c % 2)[..n];
             for &k in &span.members {
                 let (at, dst) = &mut copies[k];
-                let at = *at;
-                let from = at.max(lo);
-                let to = (at + dst.len() as u64).min(hi);
-                if from < to {
-                    let (d, s) = ((from - at) as usize, (from - lo) as usize);
-                    let len = (to - from) as usize;
+                if let Some((d, s, len)) = overlap(*at, dst.len(), lo, n) {
                     dst[d..d + len].copy_from_slice(&half[s..s + len]);
                 }
             }
@@ -405,15 +399,10 @@ impl CudaCopies {
             }
             let lo = span.start + (c * STAGE_HALF_BYTES) as u64;
             let n = (total - c * STAGE_HALF_BYTES).min(STAGE_HALF_BYTES);
-            let hi = lo + n as u64;
             let half = &mut stage.half(h)[..n];
             for &k in &span.members {
                 let (at, src) = copies[k];
-                let from = at.max(lo);
-                let to = (at + src.len() as u64).min(hi);
-                if from < to {
-                    let (s, d) = ((from - at) as usize, (from - lo) as usize);
-                    let len = (to - from) as usize;
+                if let Some((s, d, len)) = overlap(at, src.len(), lo, n) {
                     half[d..d + len].copy_from_slice(&src[s..s + len]);
                 }
             }
@@ -433,6 +422,15 @@ impl CudaCopies {
         let b = stage.sync(1);
         a.and(b)
     }
+}
+
+/// Where the slice of `len` bytes at device address `at` and the chunk of
+/// `n` bytes at `lo` overlap: `(offset in the slice, offset in the chunk,
+/// bytes)`, or `None` if they do not.
+fn overlap(at: u64, len: usize, lo: u64, n: usize) -> Option<(usize, usize, usize)> {
+    let from = at.max(lo);
+    let to = (at + len as u64).min(lo + n as u64);
+    (from < to).then(|| ((from - at) as usize, (from - lo) as usize, (to - from) as usize))
 }
 
 /// Which way a call's copies go, and how each kind of span moves.
@@ -594,5 +592,23 @@ impl DeviceMemory for CudaCopies {
         // SAFETY: the arena's `len` bytes are this loan's alone: it left the
         // pool's idle list and returns to it only when `back` runs.
         Some(unsafe { crate::device_memory::Lent::new(ptr, len, back) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::overlap;
+
+    #[test]
+    fn a_slice_and_a_chunk_overlap_where_both_lie() {
+        // Slice [100, 150), chunk [120, 220): bytes 20.. of the slice at 0..
+        // of the chunk, 30 of them.
+        assert_eq!(overlap(100, 50, 120, 100), Some((20, 0, 30)));
+        // The slice inside the chunk.
+        assert_eq!(overlap(130, 10, 120, 100), Some((0, 10, 10)));
+        // Touching is not overlapping; empty slices never do.
+        assert_eq!(overlap(220, 5, 120, 100), None);
+        assert_eq!(overlap(100, 20, 120, 100), None);
+        assert_eq!(overlap(130, 0, 120, 100), None);
     }
 }

@@ -33,6 +33,17 @@ pub(super) fn set_address(addrs: &mut Addresses, lane: u32, index: usize, at: u6
     row[index] = at;
 }
 
+/// Bytes of the direct slice `index` of a lane whose argument block is
+/// `block`: a stream's length, or an out-buffer's (`index - n_in`) count
+/// times its element size.
+fn slice_bytes(block: &[u8], n_in: usize, out_sizes: &[u32], index: usize) -> usize {
+    let n = lens_of(block, index) as usize;
+    match index.checked_sub(n_in) {
+        Some(j) => n * out_sizes[j] as usize,
+        None => n,
+    }
+}
+
 /// Refuse one lane: `(lane, status, argument index, message)`.
 pub(super) type Refuse<'r> = dyn FnMut(u32, Status, u32, String) + 'r;
 
@@ -156,7 +167,8 @@ impl Dispatcher {
     /// out-buffers of `out_sizes`' elements too), or else into `streams`.
     /// The lengths were checked against the limits already; a lane whose
     /// buffer cannot be allocated, or whose copy fails, or that this server
-    /// cannot copy for (no `memory`), is refused naming the argument.
+    /// cannot copy for (no `memory`: each lane with a direct input or
+    /// out-buffer), is refused naming the argument.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn copy_in<'m>(
         &self,
@@ -203,13 +215,7 @@ impl Dispatcher {
             }
             return None;
         };
-        let len_of = |lane: u32, index: usize| {
-            let n = lens_of(&blocks[lane as usize], index) as usize;
-            match index.checked_sub(n_in) {
-                Some(j) => n * out_sizes[j] as usize,
-                None => n,
-            }
-        };
+        let len_of = |lane: u32, index: usize| slice_bytes(&blocks[lane as usize], n_in, out_sizes, index);
         // Every direct slice of the call in one loan, packed in lane order
         // (inputs are read as bytes: no alignment needed), so a warp's
         // adjacent slices are adjacent in the loan too and move in one
@@ -303,14 +309,15 @@ impl Dispatcher {
     /// Store the direct out-buffers of `call`'s lanes still `Ok` on the
     /// device, with one [`DeviceMemory::write`]: from the call's loan where
     /// `set_out` put them there, else from the call's buffers. A lane whose
-    /// copy fails, or that this server cannot copy for, fails naming the
-    /// out-buffer.
+    /// copy fails fails naming the out-buffer. (Without device memory there
+    /// is nothing to store: `copy_in` refused every lane with a direct
+    /// out-buffer before the call ran.)
     pub(super) fn copy_out(
         &self,
         call: &mut ServerCall<'_>,
         desc: &CallDesc,
         addrs: &Addresses,
-        memory: Option<&dyn DeviceMemory>,
+        memory: &dyn DeviceMemory,
     ) {
         let n_in = call.n_in;
         let mut wanted: Vec<(u32, usize)> = Vec::new();
@@ -323,63 +330,46 @@ impl Dispatcher {
             return;
         }
         let mut failed: Vec<(usize, String)> = Vec::new();
-        match memory {
-            None => {
-                for (k, &(lane, j)) in wanted.iter().enumerate() {
-                    let at = address(addrs, lane, n_in + j);
-                    failed.push((
-                        k,
-                        format!(
-                            "out-buffer {j} asks for a direct copy to {at:#x}, but this server has no device memory \
-                             to copy with (Server::with_memory)"
-                        ),
-                    ));
+        let outs = &*call.outs.get_mut();
+        // Each out-buffer as the host method stored it: in the loan, else in
+        // the call's buffers.
+        let stored: Vec<(u64, &[u8])> = wanted
+            .iter()
+            .map(|&(lane, j)| {
+                let at = address(addrs, lane, n_in + j);
+                if let Some(b) = call.loan.as_ref().and_then(|loan| loan.stored_out(lane, n_in + j)) {
+                    return (at, b);
                 }
-            }
-            Some(memory) => {
-                let outs = &*call.outs.get_mut();
-                // Each out-buffer as the host method stored it: in the loan,
-                // else in the call's buffers.
-                let stored: Vec<(u64, &[u8])> = wanted
-                    .iter()
-                    .map(|&(lane, j)| {
-                        let at = address(addrs, lane, n_in + j);
-                        if let Some(b) = call.loan.as_ref().and_then(|loan| loan.stored_out(lane, n_in + j)) {
-                            return (at, b);
-                        }
-                        (at, outs[lane as usize].get(j).map(Vec::as_slice).unwrap_or_default())
-                    })
-                    .collect();
-                // One the host method did not store whole (a hand-written
-                // dispatch) fails its lane and is not copied, rather than
-                // leave device bytes unwritten under `Ok`.
-                let mut copies = Vec::with_capacity(stored.len());
-                let mut which = Vec::with_capacity(stored.len());
-                for (k, (&(lane, j), &(at, data))) in wanted.iter().zip(&stored).enumerate() {
-                    let want =
-                        lens_of(&call.blocks[lane as usize], n_in + j) as usize * desc.out_elem_sizes[j] as usize;
-                    if data.len() == want {
-                        copies.push((at, data));
-                        which.push(k);
-                    } else {
-                        let message = format!(
-                            "out-buffer {j}: the host method stored {} of its {want} bytes",
-                            data.len()
-                        );
-                        failed.push((k, message));
-                    }
-                }
-                memory.write(&copies, &mut |c, e| {
-                    let (at, data) = (copies[c].0, copies[c].1.len());
-                    let k = which[c];
-                    let j = wanted[k].1;
-                    failed.push((
-                        k,
-                        format!("out-buffer {j}: the direct copy of {data} bytes to {at:#x} failed: {e}"),
-                    ));
-                });
+                (at, outs[lane as usize].get(j).map(Vec::as_slice).unwrap_or_default())
+            })
+            .collect();
+        // One the host method did not store whole (a hand-written dispatch)
+        // fails its lane and is not copied, rather than leave device bytes
+        // unwritten under `Ok`.
+        let mut copies = Vec::with_capacity(stored.len());
+        let mut which = Vec::with_capacity(stored.len());
+        for (k, (&(lane, j), &(at, data))) in wanted.iter().zip(&stored).enumerate() {
+            let want = slice_bytes(&call.blocks[lane as usize], n_in, desc.out_elem_sizes, n_in + j);
+            if data.len() == want {
+                copies.push((at, data));
+                which.push(k);
+            } else {
+                let message = format!(
+                    "out-buffer {j}: the host method stored {} of its {want} bytes",
+                    data.len()
+                );
+                failed.push((k, message));
             }
         }
+        memory.write(&copies, &mut |c, e| {
+            let (at, data) = (copies[c].0, copies[c].1.len());
+            let k = which[c];
+            let j = wanted[k].1;
+            failed.push((
+                k,
+                format!("out-buffer {j}: the direct copy of {data} bytes to {at:#x} failed: {e}"),
+            ));
+        });
         for (k, message) in failed {
             let (lane, j) = wanted[k];
             call.fail(

@@ -346,8 +346,9 @@ impl Dispatcher {
         // Direct inputs: copied from the device, all lanes' at once (into
         // memory the backend lends for the call, with room for the direct
         // out-buffers, where it can).
+        let streamed = n_in + n_out > 0;
         let mut loan = None;
-        if let (true, Some(d), true) = (accepted, desc, n_in + n_out > 0) {
+        if let (true, Some(d), true) = (accepted, desc, streamed) {
             let ok = iter_lanes(lanes)
                 .filter(|&l| status[l as usize] == Status::Ok)
                 .fold(0, |m, l| m | 1 << l);
@@ -413,8 +414,8 @@ impl Dispatcher {
             }
         }
         // Direct out-buffers: stored on the device before the reply says so.
-        if let (true, true, Some(d)) = (accepted, frame.reply, desc) {
-            self.copy_out(&mut call, d, &addrs, memory);
+        if let (true, true, Some(d), Some(m)) = (accepted, frame.reply, desc, memory) {
+            self.copy_out(&mut call, d, &addrs, m);
         }
         for e in std::mem::take(&mut call.errors) {
             self.record(e);
@@ -433,7 +434,6 @@ impl Dispatcher {
             }
         }
 
-        let streamed = n_in + n_out > 0;
         if !frame.reply {
             port.close();
             call.into_scratch(addrs).put(lanes, streamed);
