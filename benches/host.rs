@@ -1,6 +1,6 @@
 //! The host's cost of serving one warp-call, measured without a GPU (workload
 //! 7 of BENCHMARKS.md): a synthetic device plays 32-lane warps on a CPU
-//! [`Region`], writing frames the way a kernel's client does
+//! [`CpuRegion`], writing frames the way a kernel's client does
 //! ([`RawDevice`]), and a server thread serves them.
 //!
 //! `cargo bench --bench host` (a plain bench binary: it prints Markdown
@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use gpu_rpc::call::{inline_start, CallDesc, FrameWord, NOOP_DESC};
-use gpu_rpc::cpu::{RawDevice, Region};
+use gpu_rpc::cpu::{CpuRegion, RawDevice};
 use gpu_rpc::protocol::{Buffer, Layout};
 use gpu_rpc::server::{Dispatcher, ServerConfig};
 use gpu_rpc::{gpu_rpc, Status};
@@ -149,7 +149,7 @@ fn dispatcher(metrics: bool) -> Dispatcher {
 fn batch(w: Workload, lanes: u32, ports: u32, reps: u32, metrics: bool) -> (f64, f64, f64) {
     assert_eq!(w.packets(), 1, "batch mode serves one-packet calls");
     let d = dispatcher(metrics);
-    let region = Region::new(Layout::new(ports, lanes).unwrap());
+    let region = CpuRegion::new(Layout::new(ports, lanes).unwrap());
     // SAFETY: no client uses the region; this thread plays the device.
     let dev = unsafe { RawDevice::new(&region) };
     let server = region.server();
@@ -177,7 +177,7 @@ fn batch(w: Workload, lanes: u32, ports: u32, reps: u32, metrics: bool) -> (f64,
 /// ns per port of a poll over `ports` ports with nothing pending.
 fn scan(ports: u32, reps: u32) -> (f64, f64, f64) {
     let d = dispatcher(true);
-    let region = Region::new(Layout::new(ports, 32).unwrap());
+    let region = CpuRegion::new(Layout::new(ports, 32).unwrap());
     let server = region.server();
     let mut times = Vec::new();
     for _ in 0..reps {
@@ -192,7 +192,7 @@ fn scan(ports: u32, reps: u32) -> (f64, f64, f64) {
 /// warp-calls in all while one server thread serves; warp-calls per second.
 fn threaded(w: Workload, ports: u32, calls: u64) -> f64 {
     let d = Arc::new(dispatcher(true));
-    let region = Region::new(Layout::new(ports, 32).unwrap());
+    let region = CpuRegion::new(Layout::new(ports, 32).unwrap());
     let done = AtomicBool::new(false);
     let t = Instant::now();
     std::thread::scope(|s| {

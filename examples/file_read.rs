@@ -11,7 +11,7 @@
 //! prints it with `gpu_println!`. Errors come back as `IoError` values
 //! (`ENOENT` for a missing file, ...) and are printed to stderr.
 
-use gpu_rpc::cpu::{run, LanePanic, Launch, Report};
+use gpu_rpc::cpu::{self, LanePanic, Launch, Report};
 use gpu_rpc::server::{Dispatcher, ServerConfig};
 use gpu_rpc::services::{self, flags, IoError, StdHost, StdHostConfig, StdServer};
 use gpu_rpc::{gpu_eprintln, gpu_println};
@@ -50,7 +50,7 @@ pub fn file_read_kernel(host: &StdHost, path: &str) -> Result<Report, LanePanic>
         threads: 1,
         ..Launch::default()
     };
-    run(&launch, &dispatcher, |client, _| {
+    cpu::launch(&launch, &dispatcher, |client, _| {
         services::with_client(client, || {
             let mut line = [0u8; MAX_LINE];
             match first_line(path, &mut line) {

@@ -14,7 +14,7 @@ use core::fmt::Write as _;
 use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use gpu_rpc::cpu::{run, Launch};
+use gpu_rpc::cpu::{self, Launch};
 use gpu_rpc::gpu_rpc;
 use gpu_rpc::server::{Dispatcher, ServerConfig};
 
@@ -140,7 +140,7 @@ fn main() {
         port_count: 16,
         lane_size: 1,
     };
-    let result = run(&launch, &dispatcher, |client, t| {
+    let result = cpu::launch(&launch, &dispatcher, |client, t| {
         // From here on, only what a GPU thread could do: no allocation.
         let host = HostServicesClient::new(client);
 

@@ -25,7 +25,7 @@
 use std::cell::Cell;
 use std::sync::Once;
 
-use gpu_rpc::cpu::{run, LanePanic, Launch, Report};
+use gpu_rpc::cpu::{self, LanePanic, Launch, Report};
 use gpu_rpc::server::{Dispatcher, ServerConfig};
 use gpu_rpc::services::{self, StdHost, StdHostConfig, StdServer};
 
@@ -70,7 +70,7 @@ pub fn panic_kernel(host: &StdHost, threads: usize) -> Result<Report, LanePanic>
         threads,
         ..Launch::default()
     };
-    run(&launch, &dispatcher, |client, t| {
+    cpu::launch(&launch, &dispatcher, |client, t| {
         services::with_client(client, || {
             THREAD.with(|c| c.set(Some(t.id as u32)));
             let table = [10u32, 20, 30, 40];

@@ -14,7 +14,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use gpu_rpc::cpu::{run, LanePanic, Launch, Report};
+use gpu_rpc::cpu::{self, LanePanic, Launch, Report};
 use gpu_rpc::gpu_println;
 use gpu_rpc::server::{Dispatcher, ServerConfig};
 use gpu_rpc::services::{self, StdHost, StdHostConfig, StdServer};
@@ -35,7 +35,7 @@ pub fn print_kernel(host: &StdHost, threads: usize, code: i32) -> Result<Report,
         port_count: 16,
         lane_size: 1,
     };
-    run(&launch, &dispatcher, |client, t| {
+    cpu::launch(&launch, &dispatcher, |client, t| {
         services::with_client(client, || {
             // From here on, only what a GPU thread could do: no allocation.
             for line in 0..LINES_PER_THREAD {

@@ -29,7 +29,7 @@
 //! ## Example (CPU backend)
 //!
 //! ```
-//! use gpu_rpc::cpu::{run, Launch};
+//! use gpu_rpc::cpu::{self, Launch};
 //! use gpu_rpc::server::{Dispatcher, ServerConfig};
 //! use gpu_rpc::gpu_rpc;
 //!
@@ -51,7 +51,7 @@
 //!
 //! let mut d = Dispatcher::new(ServerConfig::default());
 //! d.add(MathServer(Host)).unwrap();
-//! let report = run(&Launch { threads: 4, ..Launch::default() }, &d, |client, t| {
+//! let report = cpu::launch(&Launch { threads: 4, ..Launch::default() }, &d, |client, t| {
 //!     let math = MathClient::new(client);
 //!     assert_eq!(math.add(t.id as u64, 1), t.id as u64 + 1);
 //!     assert_eq!(math.try_sum(&[1, 2, 3]), Ok(6));

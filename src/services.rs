@@ -27,7 +27,7 @@
 //! [`with_client`] (a GPU kernel calls [`init`] instead):
 //!
 //! ```
-//! use gpu_rpc::cpu::{run, Launch};
+//! use gpu_rpc::cpu::{self, Launch};
 //! use gpu_rpc::gpu_println;
 //! use gpu_rpc::server::{Dispatcher, ServerConfig};
 //! use gpu_rpc::services::{self, ExitMode, StdHost, StdHostConfig, StdServer};
@@ -37,7 +37,7 @@
 //! let mut d = Dispatcher::new(ServerConfig::default());
 //! d.add(StdServer(host.clone())).unwrap();
 //!
-//! let report = run(&Launch { threads: 4, ..Launch::default() }, &d, |client, t| {
+//! let report = cpu::launch(&Launch { threads: 4, ..Launch::default() }, &d, |client, t| {
 //!     services::with_client(client, || {
 //!         gpu_println!("hello from thread {} of {}", t.id, t.count);
 //!         if t.id == 0 {

@@ -9,14 +9,14 @@
 //! Malformed calls are made three ways: through generated stubs of services
 //! the server lacks, through the runtime's raw call API with crafted argument
 //! blocks, frame words and streams, and by writing the shared region directly
-//! (`Region::raw`) as a misbehaving device would.
+//! (`CpuRegion::raw`) as a misbehaving device would.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gpu_rpc::call::{FrameWord, FRAME_VERSION};
-use gpu_rpc::cpu::{run, run_on, Launch, RawDevice, Region};
+use gpu_rpc::cpu::{self, CpuRegion, Launch, RawDevice};
 use gpu_rpc::protocol::{Buffer, Layout};
 use gpu_rpc::server::{Dispatcher, ServerConfig, ServerError};
 use gpu_rpc::{gpu_rpc, Status};
@@ -141,7 +141,7 @@ fn unknown_opcode_is_answered_and_logged() {
     let (d, host) = dispatcher();
     let d2 = d.clone();
     let report = watchdog("unknown opcode", 60, move || {
-        run(&one_thread(3), &d2, |client, _| {
+        cpu::launch(&one_thread(3), &d2, |client, _| {
             let other = OtherClient::new(client);
             let rel = RelClient::new(client);
             let e = other.try_ping(7).unwrap_err();
@@ -174,7 +174,7 @@ fn unknown_opcode_is_answered_and_logged() {
 fn unknown_opcode_panicking_form_names_the_call() {
     let (d, _) = dispatcher();
     let err = watchdog("unknown opcode (panicking)", 60, move || {
-        run(&one_thread(1), &d, |client, _| {
+        cpu::launch(&one_thread(1), &d, |client, _| {
             OtherClient::new(client).ping(1);
         })
         .unwrap_err()
@@ -199,7 +199,7 @@ fn stream_over_limit_is_too_large_and_consumed() {
     let (d, _) = dispatcher();
     let d2 = d.clone();
     watchdog("stream over limit", 60, move || {
-        run(&one_thread(1), &d2, |client, _| {
+        cpu::launch(&one_thread(1), &d2, |client, _| {
             let rel = RelClient::new(client);
             let e = rel.try_sum(&[1u8; 4 * LIMIT as usize + 3]).unwrap_err();
             assert_eq!((e.status, e.detail), (Status::TooLarge, 0));
@@ -236,7 +236,7 @@ fn out_buffer_over_limit_is_too_large() {
     let (d, _) = dispatcher();
     let d2 = d.clone();
     watchdog("out-buffer over limit", 60, move || {
-        run(&one_thread(2), &d2, |client, _| {
+        cpu::launch(&one_thread(2), &d2, |client, _| {
             let rel = RelClient::new(client);
             let mut big = vec![7u8; LIMIT as usize + 1];
             let e = rel.try_fill(3, &mut big).unwrap_err();
@@ -274,7 +274,7 @@ fn invalid_values_are_refused() {
     let (d, host) = dispatcher();
     let d2 = d.clone();
     watchdog("invalid values", 60, move || {
-        run(&one_thread(1), &d2, |client, _| {
+        cpu::launch(&one_thread(1), &d2, |client, _| {
             let bad_utf8: &[u8] = &[b'o', b'k', 0xff, 0xfe];
             let mut block = [0u8; 8];
             block.copy_from_slice(&(bad_utf8.len() as u64).to_le_bytes());
@@ -358,7 +358,7 @@ fn malformed_frame_words_are_refused() {
         ),
     ];
     watchdog("malformed frames", 60, move || {
-        run(&one_thread(1), &d2, |client, _| {
+        cpu::launch(&one_thread(1), &d2, |client, _| {
             for (opcode, word, status, _) in cases {
                 let mut got = 0u64;
                 let port = client.open(opcode).send(|b| b.data[0] = word).recv(|b| got = b.data[0]);
@@ -383,7 +383,7 @@ fn malformed_frame_words_are_refused() {
 
 /// The device side of a region no client uses: what a device with a bug
 /// could write.
-fn raw_device(region: &Region) -> RawDevice<'_> {
+fn raw_device(region: &CpuRegion) -> RawDevice<'_> {
     // SAFETY: the tests that call this run no client on the region while
     // the device writes it; the server validates what it reads.
     unsafe { RawDevice::new(region) }
@@ -398,7 +398,7 @@ fn frame(word: u64, block: &[u8]) -> Buffer {
 
 /// Serve whatever is pending once, with an abort flag already raised so that
 /// a call waiting for more packets gives up at once instead of hanging.
-fn serve_once(d: &Dispatcher, region: &Region) -> Result<usize, gpu_rpc::protocol::Abandoned> {
+fn serve_once(d: &Dispatcher, region: &CpuRegion) -> Result<usize, gpu_rpc::protocol::Abandoned> {
     let abort = AtomicBool::new(true);
     let server = region.server().with_abort(&abort);
     d.poll(&server, 0..region.layout().port_count())
@@ -419,7 +419,7 @@ fn fill_call(max_stream_bytes: u64, max_call_bytes: u64, counts: &[u64]) -> (Vec
     });
     d.add(RelServer(Arc::new(Host::default()))).unwrap();
     let lanes = counts.len() as u32;
-    let region = Region::new(Layout::new(2, lanes).unwrap());
+    let region = CpuRegion::new(Layout::new(2, lanes).unwrap());
     let dev = raw_device(&region);
     let word = RelRpc::FILL.frame_word().pack();
     let packets: Vec<_> = (0..lanes)
@@ -449,7 +449,7 @@ fn fill_call(max_stream_bytes: u64, max_call_bytes: u64, counts: &[u64]) -> (Vec
 #[test]
 fn lying_inline_streams_are_refused() {
     let (d, host) = dispatcher();
-    let region = Region::new(Layout::new(2, 2).unwrap());
+    let region = CpuRegion::new(Layout::new(2, 2).unwrap());
     let dev = raw_device(&region);
     let inline = |desc: &gpu_rpc::CallDesc| {
         FrameWord {
@@ -540,7 +540,7 @@ fn lying_direct_addresses_are_refused() {
     }
     for memory in [&ProcessMemory as &dyn DeviceMemory, &NoLoans] {
         let d = dispatcher();
-        let region = Region::new(Layout::new(1, 2).unwrap());
+        let region = CpuRegion::new(Layout::new(1, 2).unwrap());
         let dev = raw_device(&region);
         let data: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
         let mut out = vec![0u8; 3000];
@@ -630,7 +630,7 @@ fn lying_direct_addresses_are_refused() {
     // A server without device memory refuses direct lanes and goes on.
     let data = vec![1u8; 4096];
     let d = dispatcher();
-    let region = Region::new(Layout::new(1, 1).unwrap());
+    let region = CpuRegion::new(Layout::new(1, 1).unwrap());
     let dev = raw_device(&region);
     let stop = AtomicBool::new(false);
     let server = region.server();
@@ -704,7 +704,7 @@ fn an_out_buffer_the_host_cannot_allocate_is_too_large_not_an_abort() {
 fn garbage_in_the_region_is_refused_and_the_region_stays_usable() {
     let (d, host) = dispatcher();
     let layout = Layout::new(8, 4).unwrap();
-    let region = Region::new(layout);
+    let region = CpuRegion::new(layout);
     let dev = raw_device(&region);
     let add = RelRpc::ADD.frame_word().pack();
     let sum = RelRpc::SUM.frame_word().pack();
@@ -827,7 +827,7 @@ fn garbage_in_the_region_is_refused_and_the_region_stays_usable() {
         lane_size: 4,
     };
     let report = watchdog("clients after garbage", 60, move || {
-        run_on(&region, &launch, &d, |client, t| {
+        cpu::launch_with_region(&region, &launch, &d, |client, t| {
             let rel = RelClient::new(client);
             for i in 0..20 {
                 assert_eq!(rel.add(t.id as u64, i), t.id as u64 + i);
@@ -853,7 +853,7 @@ fn handler_panic_is_caught_and_reported() {
     let (d, _) = dispatcher();
     let d2 = d.clone();
     let report = watchdog("handler panic", 60, move || {
-        run(
+        cpu::launch(
             &Launch {
                 threads: 3,
                 server_threads: 2,
@@ -888,7 +888,7 @@ fn handler_panic_is_caught_and_reported() {
     }
     // The panicking form ends the client thread with the call's error.
     let err = watchdog("handler panic (panicking form)", 60, move || {
-        run(&one_thread(1), &d, |client, _| {
+        cpu::launch(&one_thread(1), &d, |client, _| {
             RelClient::new(client).boom("again");
         })
         .unwrap_err()
@@ -906,7 +906,7 @@ fn kernel_dying_mid_call_does_not_hang_the_server() {
     let d2 = d.clone();
     let start = Instant::now();
     let err = watchdog("kernel dying mid-call", 30, move || {
-        run(&one_thread(1), &d2, |client, _| {
+        cpu::launch(&one_thread(1), &d2, |client, _| {
             let block = 500u64.to_le_bytes();
             // The port is never finished: `ClientCall` has no destructor, so
             // unwinding leaves it held, as a trapping GPU thread would.
@@ -939,10 +939,10 @@ fn kernel_dying_mid_call_does_not_hang_the_server() {
 #[test]
 fn kernel_returning_mid_call_is_reported_as_abandoned() {
     let (d, _) = dispatcher();
-    let region = Arc::new(Region::new(Layout::new(4, 1).unwrap()));
+    let region = Arc::new(CpuRegion::new(Layout::new(4, 1).unwrap()));
     let (d2, r2) = (d.clone(), region.clone());
     let err = watchdog("kernel returning mid-call", 30, move || {
-        run_on(&r2, &one_thread(4), &d2, |client, _| {
+        cpu::launch_with_region(&r2, &one_thread(4), &d2, |client, _| {
             let block = 100u64.to_le_bytes();
             // Returns with the port held (the stream never sent).
             let _held = client.begin(RelRpc::PRINT, &block);
@@ -959,7 +959,7 @@ fn kernel_returning_mid_call_is_reported_as_abandoned() {
     let busy = region.busy_ports();
     assert_eq!(busy.len(), 1);
     let err = watchdog("a run on a region with an abandoned call", 30, move || {
-        run_on(&region, &one_thread(4), &d, |client, _| {
+        cpu::launch_with_region(&region, &one_thread(4), &d, |client, _| {
             RelClient::new(client).add(1, 2);
         })
         .unwrap_err()
@@ -988,7 +988,7 @@ fn concurrent_runs_on_one_dispatcher_count_their_own_calls() {
     };
     let (da, db) = (d.clone(), d.clone());
     let a = std::thread::spawn(move || {
-        run(&launch(1), &da, |client, _| {
+        cpu::launch(&launch(1), &da, |client, _| {
             let rel = RelClient::new(client);
             for i in 0..2000 {
                 assert_eq!(rel.add(i, 1), i + 1);
@@ -997,7 +997,7 @@ fn concurrent_runs_on_one_dispatcher_count_their_own_calls() {
         .unwrap()
     });
     let b = std::thread::spawn(move || {
-        run(&launch(2), &db, |client, _| {
+        cpu::launch(&launch(2), &db, |client, _| {
             let rel = RelClient::new(client);
             for i in 0..1500 {
                 assert_eq!(rel.add(i, 2), i + 2);
@@ -1017,7 +1017,7 @@ fn metrics_count_each_method_separately() {
     let (d, _) = dispatcher();
     let d2 = d.clone();
     watchdog("metrics", 60, move || {
-        run(&one_thread(2), &d2, |client, _| {
+        cpu::launch(&one_thread(2), &d2, |client, _| {
             let rel = RelClient::new(client);
             for i in 0..3 {
                 assert_eq!(rel.add(i, 1), i + 1);
@@ -1106,7 +1106,7 @@ fn a_call_blocked_in_its_handler_does_not_stall_the_other_ports() {
     let g = got.clone();
     let t0 = Instant::now();
     watchdog("a blocked call and an opener", 30, move || {
-        run(&launch, &d, |client, lane| {
+        cpu::launch(&launch, &d, |client, lane| {
             let gate = GateClient::new(client);
             let r = if lane.id == 0 {
                 ("pass", gate.pass())

@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use gpu_rpc::cpu::{run, run_on, Launch, Region};
+use gpu_rpc::cpu::{self, CpuRegion, Launch};
 use gpu_rpc::protocol::Layout;
 use gpu_rpc::server::{Dispatcher, ServerConfig};
 use gpu_rpc::{gpu_rpc, CallError, Status, Wire};
@@ -247,7 +247,7 @@ fn every_kind_roundtrips() {
             port_count: ports,
             lane_size,
         };
-        let report = run(&launch, &d, |client, t| {
+        let report = cpu::launch(&launch, &d, |client, t| {
             let k = KindsClient::new(client);
             let n = t.id as u64;
 
@@ -382,7 +382,7 @@ fn every_kind_roundtrips() {
 #[test]
 fn one_mebibyte_streams() {
     let (d, _host) = kinds_dispatcher();
-    let report = run(
+    let report = cpu::launch(
         &Launch {
             threads: 3,
             server_threads: 2,
@@ -412,7 +412,7 @@ fn one_mebibyte_streams() {
 /// Run `kernel` as one lane on `region`'s single port and return the parity
 /// of the packets the client sent (its outbox flips once per packet), after
 /// checking the run logged no error.
-fn packets_parity(region: &Region, d: &Dispatcher, kernel: impl Fn(&KindsClient<'_, '_>) + Sync) -> u32 {
+fn packets_parity(region: &CpuRegion, d: &Dispatcher, kernel: impl Fn(&KindsClient<'_, '_>) + Sync) -> u32 {
     let one = Launch {
         threads: 1,
         server_threads: 1,
@@ -420,7 +420,7 @@ fn packets_parity(region: &Region, d: &Dispatcher, kernel: impl Fn(&KindsClient<
         lane_size: 1,
     };
     let before = region.server().snapshot(0).client_outbox;
-    let report = run_on(region, &one, d, |c, _| kernel(&KindsClient::new(c))).unwrap();
+    let report = cpu::launch_with_region(region, &one, d, |c, _| kernel(&KindsClient::new(c))).unwrap();
     assert_eq!(report.errors, 0);
     region.server().snapshot(0).client_outbox ^ before
 }
@@ -437,7 +437,7 @@ fn packets_parity(region: &Region, d: &Dispatcher, kernel: impl Fn(&KindsClient<
 fn large_slices_go_by_address() {
     use gpu_rpc::call::DIRECT_MIN_BYTES;
     let (d, _host) = kinds_dispatcher();
-    let region = Region::new(Layout::new(1, 1).unwrap());
+    let region = CpuRegion::new(Layout::new(1, 1).unwrap());
     let bytes = |n: usize, salt: u8| -> Vec<u8> {
         (0..n)
             .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 11) as u8 ^ salt)
@@ -466,7 +466,7 @@ fn large_slices_go_by_address() {
         );
     }
     // Several lanes at once, elements of several sizes, both directions.
-    let report = run(
+    let report = cpu::launch(
         &Launch {
             threads: 4,
             server_threads: 2,
@@ -519,7 +519,7 @@ fn large_slices_go_by_address() {
 #[test]
 fn fire_and_forget_slices_stay_in_packets() {
     let (d, host) = kinds_dispatcher();
-    let region = Region::new(Layout::new(1, 1).unwrap());
+    let region = CpuRegion::new(Layout::new(1, 1).unwrap());
     let text: String = (0..2900).map(|i| (b'a' + (i % 26) as u8) as char).collect();
     let flips = packets_parity(&region, &d, |k| {
         let msg = text.clone();
@@ -541,7 +541,7 @@ fn fire_and_forget_slices_stay_in_packets() {
 #[test]
 fn short_streams_ride_with_the_frame() {
     let (d, _host) = kinds_dispatcher();
-    let region = Region::new(Layout::new(1, 1).unwrap());
+    let region = CpuRegion::new(Layout::new(1, 1).unwrap());
     let launch = Launch {
         threads: 1,
         server_threads: 1,
@@ -615,7 +615,7 @@ fn short_streams_ride_with_the_frame() {
     ];
     for (name, packets, call) in &cases {
         let before = region.server().snapshot(0).client_outbox;
-        let report = run_on(&region, &launch, &d, |c, _| call(&KindsClient::new(c))).unwrap();
+        let report = cpu::launch_with_region(&region, &launch, &d, |c, _| call(&KindsClient::new(c))).unwrap();
         assert_eq!(report.errors, 0, "{name}");
         let flips = region.server().snapshot(0).client_outbox ^ before;
         assert_eq!(flips, packets & 1, "{name}: the client sent {packets} packet(s)");
@@ -626,14 +626,14 @@ fn short_streams_ride_with_the_frame() {
 #[test]
 fn async_calls_arrive() {
     let (d, host) = kinds_dispatcher();
-    let region = Region::new(Layout::new(4, 1).unwrap());
+    let region = CpuRegion::new(Layout::new(4, 1).unwrap());
     let launch = Launch {
         threads: 8,
         server_threads: 2,
         port_count: 4,
         lane_size: 1,
     };
-    let report = run_on(&region, &launch, &d, |client, t| {
+    let report = cpu::launch_with_region(&region, &launch, &d, |client, t| {
         let k = KindsClient::new(client);
         for i in 0..50u8 {
             k.log(i, &format!("thread {} message {i} ✓", t.id));
@@ -668,7 +668,7 @@ fn async_calls_arrive() {
 fn never_method_halts_the_lane() {
     let (d, host) = kinds_dispatcher();
     let after = AtomicUsize::new(0);
-    let report = run(
+    let report = cpu::launch(
         &Launch {
             threads: 5,
             server_threads: 1,
@@ -709,7 +709,7 @@ impl AddOne for KindsClient<'_, '_> {
 #[test]
 fn handler_panic_is_reported() {
     let (d, _host) = kinds_dispatcher();
-    let report = run(
+    let report = cpu::launch(
         &Launch {
             threads: 2,
             server_threads: 1,
@@ -744,7 +744,7 @@ fn handler_panic_is_reported() {
     }
 
     // The panicking form ends the client thread with the call error.
-    let err = run(
+    let err = cpu::launch(
         &Launch {
             threads: 1,
             server_threads: 1,
@@ -776,7 +776,7 @@ pub trait Unregistered {
 #[test]
 fn unknown_opcode_is_answered() {
     let (d, _host) = kinds_dispatcher();
-    let report = run(
+    let report = cpu::launch(
         &Launch {
             threads: 3,
             server_threads: 1,
@@ -831,7 +831,7 @@ fn failed_call_panics_at_the_callers_line() {
     }));
     let (d, _host) = kinds_dispatcher();
     let call_line = std::sync::atomic::AtomicU32::new(0);
-    let err = run(
+    let err = cpu::launch(
         &Launch {
             threads: 1,
             server_threads: 1,
@@ -910,7 +910,7 @@ fn signature_mismatch_is_refused() {
     assert_ne!(v1::VersionedRpc::GET.signature, v2::VersionedRpc::GET.signature);
     let mut d = quiet();
     d.add(v2::VersionedServer(v2::Host)).unwrap();
-    run(
+    cpu::launch(
         &Launch {
             threads: 2,
             ..Launch::default()
@@ -976,7 +976,7 @@ fn colliding_opcodes_are_refused() {
     assert_eq!(e.first, "services::First::two");
     assert_eq!(e.second, "services::Second::clash");
     d.add(ThirdServer(Impl)).unwrap();
-    run(
+    cpu::launch(
         &Launch {
             threads: 2,
             ..Launch::default()
@@ -1106,7 +1106,7 @@ fn contended_mixed_calls() {
         port_count: 3,
         lane_size: 1,
     };
-    let report = run(&launch, &d, |client, t| {
+    let report = cpu::launch(&launch, &d, |client, t| {
         let k = KindsClient::new(client);
         for i in 0..60u32 {
             let v: Vec<u32> = (0..(i * 13 + t.id as u32) % 97).collect();

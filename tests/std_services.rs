@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use gpu_rpc::assert_disjoint_opcodes;
-use gpu_rpc::cpu::{run, Launch, Report};
+use gpu_rpc::cpu::{self, Launch, Report};
 use gpu_rpc::server::{Dispatcher, ServerConfig};
 use gpu_rpc::services::{
     self, flags, Capture, DevicePanic, ExitMode, Fd, FileAccess, FmtBuf, IoError, PanicReportError, StdClient, StdHost,
@@ -51,7 +51,7 @@ fn run_std(d: &Dispatcher, threads: usize, kernel: impl Fn(usize) + Sync) -> Rep
         port_count: 16,
         lane_size: 1,
     };
-    run(&launch, d, |client, t| services::with_client(client, || kernel(t.id))).unwrap()
+    cpu::launch(&launch, d, |client, t| services::with_client(client, || kernel(t.id))).unwrap()
 }
 
 /// A unique path in the temp directory, removed on drop.
@@ -311,7 +311,7 @@ fn report_panic_through_the_client_stub() {
     });
     let mut d = Dispatcher::new(ServerConfig::default());
     d.add(StdServer(host.clone())).unwrap();
-    run(&Launch::default(), &d, |client, t| {
+    cpu::launch(&Launch::default(), &d, |client, t| {
         // No `with_client` needed: the generated stub takes the client.
         StdClient::new(client).report_panic("boom", "kernel.rs", 1, 2, [0, 1, 2], [t.id as u32, 4, 5]);
     })
@@ -349,7 +349,7 @@ fn panic_messages_are_bounded() {
     let mut d = Dispatcher::new(ServerConfig::default());
     d.add(StdServer(host.clone())).unwrap();
     let huge = "x".repeat(100 << 10);
-    run(&Launch::default(), &d, |client, _| {
+    cpu::launch(&Launch::default(), &d, |client, _| {
         StdClient::new(client).report_panic(&huge, &huge, 1, 2, [0; 3], [0; 3]);
     })
     .unwrap();
@@ -371,7 +371,7 @@ fn report_panic_without_a_client_or_service_fails_softly() {
         log_errors: false,
         ..ServerConfig::default()
     });
-    run(&Launch::default(), &d, |client, _| {
+    cpu::launch(&Launch::default(), &d, |client, _| {
         services::with_client(client, || {
             match services::report_panic("x", "f.rs", 1, 1, [0; 3], [0; 3]) {
                 Err(PanicReportError::Call(e)) => assert_eq!(e.status, Status::UnknownOpcode),
@@ -388,7 +388,7 @@ fn print_without_std_on_the_host_fails_the_lane() {
         log_errors: false,
         ..ServerConfig::default()
     });
-    let err = run(&Launch::default(), &d, |client, _| {
+    let err = cpu::launch(&Launch::default(), &d, |client, _| {
         services::with_client(client, || gpu_println!("nobody serves this"))
     })
     .unwrap_err();
@@ -795,7 +795,7 @@ fn std_beside_a_user_trait_on_one_dispatcher() {
     // Adding Std twice is refused (same opcodes).
     assert!(d.add(StdServer(host.clone())).is_err());
 
-    let report = run(
+    let report = cpu::launch(
         &Launch {
             threads: 6,
             server_threads: 3,

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use gpu_rpc::cpu::{run_on, Launch, Region};
+use gpu_rpc::cpu::{self, CpuRegion, Launch};
 use gpu_rpc::gpu_rpc;
 use gpu_rpc::protocol::Layout;
 use gpu_rpc::server::{Dispatcher, ServerConfig};
@@ -110,7 +110,7 @@ fn round_trips_are_exact_across_port_and_server_counts() {
             let what = format!("{ports} ports, {servers} server threads");
             watchdog(what.clone(), 120, move || {
                 let (d, host) = setup();
-                let region = Region::new(Layout::new(ports, 1).unwrap());
+                let region = CpuRegion::new(Layout::new(ports, 1).unwrap());
                 let launch = Launch {
                     threads,
                     server_threads: servers,
@@ -118,7 +118,7 @@ fn round_trips_are_exact_across_port_and_server_counts() {
                     lane_size: 1,
                 };
                 let finals = AtomicU64::new(0);
-                let report = run_on(&region, &launch, &d, |client, t| {
+                let report = cpu::launch_with_region(&region, &launch, &d, |client, t| {
                     let s = StressClient::new(client);
                     let mut x = t.id as u64 * 1_000_000;
                     for _ in 0..n {
@@ -153,7 +153,7 @@ fn long_mixed_run_counts_every_kind() {
         let what = format!("mixed run on {ports} ports");
         watchdog(what.clone(), 120, move || {
             let (d, host) = setup();
-            let region = Region::new(Layout::new(ports, 1).unwrap());
+            let region = CpuRegion::new(Layout::new(ports, 1).unwrap());
             let launch = Launch {
                 threads,
                 server_threads: 2,
@@ -162,7 +162,7 @@ fn long_mixed_run_counts_every_kind() {
             };
             let after_exit = AtomicUsize::new(0);
             let bytes = AtomicU64::new(0);
-            let report = run_on(&region, &launch, &d, |client, t| {
+            let report = cpu::launch_with_region(&region, &launch, &d, |client, t| {
                 let s = StressClient::new(client);
                 let id = t.id as u32;
                 for i in 0..n {
@@ -234,7 +234,7 @@ fn largest_calls_in_this_process() {
         ..ServerConfig::default()
     });
     d.add(StressServer(host.clone())).unwrap();
-    let region = Region::new(Layout::new(4, 1).unwrap());
+    let region = CpuRegion::new(Layout::new(4, 1).unwrap());
     let launch = Launch {
         threads: 2,
         server_threads: 2,
@@ -242,13 +242,13 @@ fn largest_calls_in_this_process() {
         lane_size: 1,
     };
     // Warm up threads and the allocator, then reset the peak.
-    run_on(&region, &launch, &d, |c, _| {
+    cpu::launch_with_region(&region, &launch, &d, |c, _| {
         StressClient::new(c).add(1, 2);
     })
     .unwrap();
     std::fs::write("/proc/self/clear_refs", "5").expect("resetting VmHWM");
     let (before, _) = rss().unwrap();
-    run_on(&region, &launch, &d, |c, _| {
+    cpu::launch_with_region(&region, &launch, &d, |c, _| {
         let s = StressClient::new(c);
         for round in 0..2u32 {
             let text = "x".repeat(BIG as usize);

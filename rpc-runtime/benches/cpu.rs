@@ -10,7 +10,7 @@
 use std::sync::mpsc;
 use std::time::Instant;
 
-use rpc_runtime::cpu::{run, Launch};
+use rpc_runtime::cpu::{self, Launch};
 use rpc_runtime::server::{Dispatcher, ServerConfig};
 
 /// Seconds per call for `threads` client threads each making `iters` no-op
@@ -26,7 +26,7 @@ fn rpc_with(threads: usize, servers: usize, ports: u32, iters: u64, metrics: boo
         ..ServerConfig::default()
     });
     let t0 = Instant::now();
-    let report = run(
+    let report = cpu::launch(
         &Launch {
             threads,
             server_threads: servers,

@@ -5,10 +5,10 @@
 //!
 //! ```
 //! # use rpc_runtime as gpu_rpc;
-//! use gpu_rpc::cpu::{Launch, run};
+//! use gpu_rpc::cpu::{self, Launch};
 //! use gpu_rpc::server::{Dispatcher, ServerConfig};
 //! let d = Dispatcher::new(ServerConfig::default());
-//! let report = run(&Launch { threads: 4, port_count: 2, ..Launch::default() }, &d, |client, _t| {
+//! let report = cpu::launch(&Launch { threads: 4, port_count: 2, ..Launch::default() }, &d, |client, _t| {
 //!     assert_eq!(client.noop(41).unwrap(), 42);
 //! })
 //! .unwrap();
@@ -31,7 +31,7 @@ use crate::protocol::{self, client_local_words, lock_words, Client, Layout, Part
 use crate::server::Dispatcher;
 
 /// A shared region and the two sides' lock arrays, in host memory.
-pub struct Region {
+pub struct CpuRegion {
     layout: Layout,
     base: *mut u8,
     client_locks: Box<[AtomicU32]>,
@@ -40,19 +40,19 @@ pub struct Region {
 
 // SAFETY: the region is plain memory accessed only through atomics by the
 // protocol; the raw pointer is owned by this struct.
-unsafe impl Send for Region {}
+unsafe impl Send for CpuRegion {}
 // SAFETY: as above.
-unsafe impl Sync for Region {}
+unsafe impl Sync for CpuRegion {}
 
-impl Region {
+impl CpuRegion {
     /// A zeroed region for `layout`.
-    pub fn new(layout: Layout) -> Region {
+    pub fn new(layout: Layout) -> CpuRegion {
         let al = Self::alloc_layout(layout);
         // SAFETY: the size is non-zero (every layout has at least one port).
         let base = unsafe { alloc_zeroed(al) };
         assert!(!base.is_null(), "gpu_rpc: out of memory for the shared region");
         let words = lock_words(layout.port_count());
-        Region {
+        CpuRegion {
             layout,
             base,
             client_locks: (0..client_local_words(layout.port_count()))
@@ -111,9 +111,9 @@ impl Region {
     ///
     /// ```
     /// # use rpc_runtime as gpu_rpc;
-    /// use gpu_rpc::cpu::Region;
+    /// use gpu_rpc::cpu::CpuRegion;
     /// use gpu_rpc::protocol::Layout;
-    /// assert!(Region::new(Layout::new(4, 1).unwrap()).busy_ports().is_empty());
+    /// assert!(CpuRegion::new(Layout::new(4, 1).unwrap()).busy_ports().is_empty());
     /// ```
     pub fn busy_ports(&self) -> Vec<protocol::PortSnapshot> {
         // Relaxed: no run uses the region (the caller's contract).
@@ -133,7 +133,7 @@ impl Region {
     }
 }
 
-impl Drop for Region {
+impl Drop for CpuRegion {
     fn drop(&mut self) {
         // SAFETY: allocated in `new` with the same layout.
         unsafe { dealloc(self.base, Self::alloc_layout(self.layout)) }
@@ -223,14 +223,14 @@ pub struct ThreadIdx {
 ///
 /// ```
 /// # use rpc_runtime as gpu_rpc;
-/// use gpu_rpc::cpu::{run, Launch};
+/// use gpu_rpc::cpu::{self, Launch};
 /// use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// let d = Dispatcher::new(ServerConfig::default());
 /// let bad = Launch { port_count: 0, lane_size: 65, ..Launch::default() };
-/// let e = run(&bad, &d, |_, _| {}).unwrap_err();
+/// let e = cpu::launch(&bad, &d, |_, _| {}).unwrap_err();
 /// assert!(e.to_string().contains("port_count 0 (must be 1..=65536) and lane_size 65 (must be 1..=64)"), "{e}");
 /// ```
-pub fn run<F>(launch: &Launch, dispatcher: &Dispatcher, kernel: F) -> Result<Report, LanePanic>
+pub fn launch<F>(launch: &Launch, dispatcher: &Dispatcher, kernel: F) -> Result<Report, LanePanic>
 where
     F: Fn(&Client<'_>, ThreadIdx) + Sync,
 {
@@ -243,33 +243,39 @@ where
             crate::protocol::MAX_LANES
         )));
     };
-    let region = Region::new(layout);
-    run_on(&region, launch, dispatcher, kernel)
+    let region = CpuRegion::new(layout);
+    launch_with_region(&region, launch, dispatcher, kernel)
 }
 
-/// [`run`] on an existing region (so a test can inspect it afterwards).
-pub fn run_on<F>(region: &Region, launch: &Launch, dispatcher: &Dispatcher, kernel: F) -> Result<Report, LanePanic>
+/// [`launch`] on an existing region (so a test can inspect it afterwards).
+pub fn launch_with_region<F>(
+    region: &CpuRegion,
+    launch: &Launch,
+    dispatcher: &Dispatcher,
+    kernel: F,
+) -> Result<Report, LanePanic>
 where
     F: Fn(&Client<'_>, ThreadIdx) + Sync,
 {
-    let device = Device {
+    let job = Job {
         region,
         threads: launch.threads,
         dispatcher,
     };
-    run_devices(std::slice::from_ref(&device), launch.server_threads, |_, client, t| {
+    launch_many(std::slice::from_ref(&job), launch.server_threads, |_, client, t| {
         kernel(client, t)
     })
     .pop()
-    .expect("one device")
+    .expect("one job")
 }
 
-/// One simulated device of [`run_devices`]: its region, its client threads
-/// and the dispatcher that serves it (give each device its own dispatcher to
-/// keep its calls, errors and services apart).
-pub struct Device<'r> {
+/// One run of [`launch_many`], a simulated device: its region, its client
+/// threads and the dispatcher that serves it (give each job its own
+/// dispatcher to keep its calls, errors and services apart). The CUDA and
+/// HSA backends' `Job`s are the same idea with a kernel image and a grid.
+pub struct Job<'r> {
     /// The device's shared region.
-    pub region: &'r Region,
+    pub region: &'r CpuRegion,
     /// Client threads (one-lane warps) running the kernel on this device.
     pub threads: usize,
     /// Serves this device's calls and keeps its error log.
@@ -285,30 +291,30 @@ pub struct Device<'r> {
 ///
 /// ```
 /// # use rpc_runtime as gpu_rpc;
-/// use gpu_rpc::cpu::{run_devices, Device, Region};
+/// use gpu_rpc::cpu::{launch_many, Job, CpuRegion};
 /// use gpu_rpc::protocol::Layout;
 /// use gpu_rpc::server::{Dispatcher, ServerConfig};
-/// let regions = [Region::new(Layout::new(4, 1).unwrap()), Region::new(Layout::new(2, 32).unwrap())];
+/// let regions = [CpuRegion::new(Layout::new(4, 1).unwrap()), CpuRegion::new(Layout::new(2, 32).unwrap())];
 /// let ds = [Dispatcher::new(ServerConfig::default()), Dispatcher::new(ServerConfig::default())];
-/// let devices: Vec<Device> = regions.iter().zip(&ds).map(|(region, dispatcher)| Device { region, threads: 3, dispatcher }).collect();
-/// let results = run_devices(&devices, 2, |dev, client, _t| {
+/// let jobs: Vec<Job> = regions.iter().zip(&ds).map(|(region, dispatcher)| Job { region, threads: 3, dispatcher }).collect();
+/// let results = launch_many(&jobs, 2, |dev, client, _t| {
 ///     assert_eq!(client.noop(dev as u64).unwrap(), dev as u64 + 1);
 /// });
 /// assert!(results.iter().all(|r| r.as_ref().unwrap().calls == 3));
 /// ```
-pub fn run_devices<F>(devices: &[Device<'_>], server_threads: usize, kernel: F) -> Vec<Result<Report, LanePanic>>
+pub fn launch_many<F>(jobs: &[Job<'_>], server_threads: usize, kernel: F) -> Vec<Result<Report, LanePanic>>
 where
     F: Fn(usize, &Client<'_>, ThreadIdx) + Sync,
 {
-    let halted: Vec<AtomicUsize> = devices.iter().map(|_| AtomicUsize::new(0)).collect();
+    let halted: Vec<AtomicUsize> = jobs.iter().map(|_| AtomicUsize::new(0)).collect();
     let server_threads = server_threads.max(1) as u32;
     // Spin between polls only when every thread can have a core; on an
     // oversubscribed machine a spinning server steals the clients' time.
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let threads: usize = devices.iter().map(|d| d.threads).sum();
+    let threads: usize = jobs.iter().map(|d| d.threads).sum();
     let yielding = threads + server_threads as usize > cores;
     let kernel = &kernel;
-    let jobs = devices
+    let host_jobs = jobs
         .iter()
         .zip(&halted)
         .enumerate()
@@ -321,7 +327,7 @@ where
             }),
         })
         .collect();
-    let outcomes = launch_and_serve(jobs, server_threads, yielding, |what, e| {
+    let outcomes = launch_and_serve(host_jobs, server_threads, yielding, |what, e| {
         LanePanic::whole_run(format!("{what}: {e}"))
     });
     outcomes
@@ -345,7 +351,7 @@ where
 
 /// A region an earlier run left a call abandoned on would hang this run's
 /// clients (that port never comes back): refused before anything runs.
-fn at_rest(region: &Region) -> Result<(), LanePanic> {
+fn at_rest(region: &CpuRegion) -> Result<(), LanePanic> {
     if region.is_quiescent() {
         return Ok(());
     }
@@ -361,7 +367,7 @@ fn at_rest(region: &Region) -> Result<(), LanePanic> {
 /// Run device `dev`'s client lanes, one host thread each, until all are
 /// over; the first lane's panic (or a lane the OS would not start) is the
 /// device's error. A lane that halted (`-> !` methods) ended normally.
-fn run_lanes<F>(dev: usize, d: &Device<'_>, kernel: &F, halted: &AtomicUsize) -> Result<(), LanePanic>
+fn run_lanes<F>(dev: usize, d: &Job<'_>, kernel: &F, halted: &AtomicUsize) -> Result<(), LanePanic>
 where
     F: Fn(usize, &Client<'_>, ThreadIdx) + Sync,
 {
@@ -410,7 +416,7 @@ mod tests {
     use super::*;
     use crate::server::ServerConfig;
 
-    fn launch(threads: usize, server_threads: usize) -> Launch {
+    fn shape(threads: usize, server_threads: usize) -> Launch {
         Launch {
             threads,
             server_threads,
@@ -433,7 +439,7 @@ mod tests {
             },
             ..ServerConfig::default()
         });
-        let report = run(&launch(3, 2), &d, |c, t| {
+        let report = launch(&shape(3, 2), &d, |c, t| {
             let mut x = t.id as u64 * 100;
             for i in 0..4u64 {
                 // Past the spin and several sleeps of both server threads.
@@ -452,7 +458,7 @@ mod tests {
         // Neither server thread starts: the run fails before any client.
         crate::spawn::failures::plan(0, 2);
         let ran = AtomicUsize::new(0);
-        let e = run(&launch(2, 2), &d, |_, _| {
+        let e = launch(&shape(2, 2), &d, |_, _| {
             // Relaxed: a count read after the run.
             ran.fetch_add(1, Ordering::Relaxed);
         })
@@ -466,7 +472,7 @@ mod tests {
         assert_eq!(ran.load(Ordering::Relaxed), 0);
         // One of two missing: the other serves every port.
         crate::spawn::failures::plan(0, 1);
-        let r = run(&launch(4, 2), &d, |c, _| {
+        let r = launch(&shape(4, 2), &d, |c, _| {
             for i in 0..10 {
                 assert_eq!(c.noop(i).unwrap(), i + 1);
             }
@@ -482,7 +488,7 @@ mod tests {
         // client 0 start; client 1 does not.
         crate::spawn::failures::plan(4, 1);
         let finished = AtomicUsize::new(0);
-        let e = run(&launch(3, 2), &d, |c, _| {
+        let e = launch(&shape(3, 2), &d, |c, _| {
             c.noop(1).unwrap();
             // Relaxed: a count read after the run.
             finished.fetch_add(1, Ordering::Relaxed);

@@ -9,7 +9,7 @@
 //!   one of its entry points.
 //! * [`launch`] / [`launch_with_region`] / [`launch_many`] — launch a kernel
 //!   (or several, on one GPU or several) whose first parameter is a
-//!   [`ClientDesc`] on a non-blocking stream and serve its calls on host
+//!   [`ClientDesc`](crate::protocol::ClientDesc) on a non-blocking stream and serve its calls on host
 //!   threads until it has finished: the launch-and-serve path every backend
 //!   shares.
 //! * [`PinnedBuffer`] — extra pinned, mapped host memory (kernel outputs, raw
@@ -25,7 +25,7 @@
 //! A kernel that faults (illegal address, `trap`, failed assertion, …) leaves
 //! its CUDA context unusable: every later CUDA call in the process fails with
 //! the same error, and memory cannot even be freed (the backend then leaks it
-//! until the process exits). [`CudaError::Kernel`] says so in `context_lost`;
+//! until the process exits). [`CudaError::KernelFault`] says so in `context_lost`;
 //! the only recovery is a new process.
 //!
 //! # Example
@@ -49,21 +49,7 @@
 //! # }
 //! ```
 
-use std::ffi::{c_void, CString};
-use std::fmt;
-use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::path::Path;
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU32};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
-
-use cudarc::driver::{result, sys, CudaContext, DriverError};
-
-use crate::host::{launch_and_serve, HostJob, RunKernel};
 pub use crate::launch::{KernelArg, MappedBuffer, Report};
-use crate::protocol::{client_local_words, lock_words, Abandoned, ClientDesc, Layout, Parts, Server, MAX_PORTS};
-use crate::server::{serve_pool, Dispatcher, Idle, Served};
 
 /// Lanes per packet on NVIDIA GPUs: the warp size.
 pub const LANE_SIZE: u32 = 32;

@@ -2,7 +2,7 @@
 //! threads over the regions of several runs (devices, or launches on one
 //! device), run each kernel to its end on a thread of its own, stop serving a
 //! region once its kernel is over and its last calls are answered, and
-//! report per run. The CPU backend (`cpu::run_devices`), CUDA
+//! report per run. The CPU backend (`cpu::launch_many`), CUDA
 //! (`cuda::launch_many`) and HSA (`hsa::launch_many`) differ only in how a
 //! kernel runs, which each passes in as a [`HostJob`].
 

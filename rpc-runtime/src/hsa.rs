@@ -6,7 +6,7 @@
 //!   the backend needs.
 //! * [`HsaRegion`] — the shared region in fine-grained system memory that the
 //!   GPU may access, the client lock words in the GPU's own memory, the
-//!   server lock words in host memory, and the [`ClientDesc`] the kernels
+//!   server lock words in host memory, and the [`ClientDesc`](crate::protocol::ClientDesc) the kernels
 //!   receive (by pointer, see below).
 //! * [`CodeObject`] / [`Module`] / [`Kernel`] — an AMDGPU code object (ELF,
 //!   as `rpc-build` links it), loaded into an HSA executable, and one of its
@@ -64,7 +64,7 @@
 //!
 //! # Kernel parameters
 //!
-//! An AMD kernel's first parameter is a **pointer** to the [`ClientDesc`]
+//! An AMD kernel's first parameter is a **pointer** to the [`ClientDesc`](crate::protocol::ClientDesc)
 //! (`desc: *const ClientDesc`), not the descriptor by value as on NVPTX:
 //! rustc's `gpu-kernel` ABI passes a 24-byte struct indirectly anyway (the
 //! code object metadata shows an 8-byte `global_buffer`), and spelling the
@@ -96,19 +96,7 @@
 //! # }
 //! ```
 
-use std::ffi::{c_char, c_void, CStr, CString};
-use std::fmt;
-use std::path::Path;
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
-
-use crate::host::{launch_and_serve, HostJob, RunKernel};
 pub use crate::launch::{KernelArg, MappedBuffer, Report};
-use crate::protocol::{
-    client_local_words, client_locks_released, lock_words, Abandoned, ClientDesc, Layout, Parts, Server, MAX_PORTS,
-};
-use crate::server::Dispatcher;
 
 /// Lanes per packet on AMD GPUs: the wavefront size the device code is built
 /// for ([`lanes::LANE_SIZE`](crate::lanes) on amdgcn). A wave32 GPU works too,
@@ -160,10 +148,9 @@ pub use memory::*;
 pub use packets::*;
 pub use run::*;
 
-use ffi::{Agent, Api, MemoryPool, Signal, Status};
-
 #[cfg(test)]
 mod tests {
+    use super::ffi::MemoryPool;
     use super::*;
 
     fn pool(handle: u64, flags: u32, access: u32) -> PoolInfo {

@@ -107,10 +107,10 @@ impl Counters {
 ///
 /// ```
 /// # use rpc_runtime as gpu_rpc;
-/// # use gpu_rpc::cpu::{run, Launch};
+/// # use gpu_rpc::cpu::{self, Launch};
 /// # use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// let d = Dispatcher::new(ServerConfig::default());
-/// run(&Launch { threads: 2, ..Launch::default() }, &d, |client, _| {
+/// cpu::launch(&Launch { threads: 2, ..Launch::default() }, &d, |client, _| {
 ///     for i in 0..5 {
 ///         client.noop(i).unwrap();
 ///     }

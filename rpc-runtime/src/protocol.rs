@@ -936,8 +936,8 @@ impl<'a> Client<'a> {
     /// ```
     /// # use rpc_runtime as gpu_rpc;
     /// use gpu_rpc::protocol::Layout;
-    /// use gpu_rpc::cpu::Region;
-    /// let (a, b) = (Region::new(Layout::new(4, 1).unwrap()), Region::new(Layout::new(4, 1).unwrap()));
+    /// use gpu_rpc::cpu::CpuRegion;
+    /// let (a, b) = (CpuRegion::new(Layout::new(4, 1).unwrap()), CpuRegion::new(Layout::new(4, 1).unwrap()));
     /// assert_ne!(a.client().id(), b.client().id());
     /// assert_eq!(a.client().id(), a.client().id());
     /// ```
@@ -1121,9 +1121,9 @@ impl<'a> Server<'a> {
     ///
     /// ```
     /// # use rpc_runtime as gpu_rpc;
-    /// use gpu_rpc::cpu::Region;
+    /// use gpu_rpc::cpu::CpuRegion;
     /// use gpu_rpc::protocol::Layout;
-    /// let region = Region::new(Layout::new(2, 1).unwrap());
+    /// let region = CpuRegion::new(Layout::new(2, 1).unwrap());
     /// let s = region.server().snapshot(1);
     /// assert!(s.is_idle());
     /// assert_eq!((s.index, s.client_outbox, s.server_outbox), (1, 0, 0));
@@ -1150,9 +1150,9 @@ impl<'a> Server<'a> {
     ///
     /// ```
     /// # use rpc_runtime as gpu_rpc;
-    /// use gpu_rpc::cpu::Region;
+    /// use gpu_rpc::cpu::CpuRegion;
     /// use gpu_rpc::protocol::Layout;
-    /// let region = Region::new(Layout::new(8, 1).unwrap());
+    /// let region = CpuRegion::new(Layout::new(8, 1).unwrap());
     /// // Port 1 locked by a client, in a copy of the client's words.
     /// let busy: Vec<_> = region.server().busy_ports(&[0x10]).collect();
     /// assert_eq!(busy.len(), 1);

@@ -198,7 +198,7 @@ mod tracing_tests {
 
     use super::{Dispatcher, ServerConfig};
     use crate::call::{Block, CallDesc, NOOP_DESC};
-    use crate::cpu::{run, Launch};
+    use crate::cpu::{self, Launch};
 
     /// A method nobody serves.
     static UNKNOWN: CallDesc = CallDesc {
@@ -255,7 +255,7 @@ mod tracing_tests {
             port_count: 1,
             ..Launch::default()
         };
-        run(&launch, &d, |client, _| {
+        cpu::launch(&launch, &d, |client, _| {
             assert_eq!(client.noop(1).unwrap(), 2);
             // Nobody serves this opcode: an error, logged as an event.
             let call = client.begin(&UNKNOWN, &Block(1u64.to_le_bytes()));

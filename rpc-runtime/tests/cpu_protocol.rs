@@ -1,6 +1,6 @@
 //! CPU-backend tests of the protocol core and the call frame.
 
-use rpc_runtime::cpu::{run, run_on, Launch, Region};
+use rpc_runtime::cpu::{self, CpuRegion, Launch};
 use rpc_runtime::protocol::Layout;
 use rpc_runtime::server::{Dispatcher, ServerConfig};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +19,7 @@ fn contended_increments_are_exact() {
     for (threads, ports, servers) in [(8, 1, 1), (16, 3, 2), (12, 7, 3)] {
         let d = quiet();
         let total = AtomicU64::new(0);
-        let region = Region::new(Layout::new(ports, 1).unwrap());
+        let region = CpuRegion::new(Layout::new(ports, 1).unwrap());
         let launch = Launch {
             threads,
             server_threads: servers,
@@ -27,7 +27,7 @@ fn contended_increments_are_exact() {
             lane_size: 1,
         };
         let iters = 500u64;
-        let report = run_on(&region, &launch, &d, |client, t| {
+        let report = cpu::launch_with_region(&region, &launch, &d, |client, t| {
             let mut x = t.id as u64 * 1_000_000;
             for _ in 0..iters {
                 let y = client.noop(x).unwrap();
@@ -48,7 +48,7 @@ fn contended_increments_are_exact() {
 #[test]
 fn wide_layout_single_lane_clients() {
     let d = quiet();
-    let report = run(
+    let report = cpu::launch(
         &Launch {
             threads: 4,
             server_threads: 1,
@@ -70,7 +70,7 @@ fn wide_layout_single_lane_clients() {
 /// against a hand-written server.
 #[test]
 fn raw_send_n_recv_n_roundtrip() {
-    let region = Region::new(Layout::new(2, 1).unwrap());
+    let region = CpuRegion::new(Layout::new(2, 1).unwrap());
     let lens = [0usize, 1, 55, 56, 57, 64, 119, 120, 121, 1000, 4096];
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -111,23 +111,23 @@ fn raw_send_n_recv_n_roundtrip() {
 /// with exact counts (the CPU design of serving several GPUs).
 #[test]
 fn one_server_pool_serves_several_devices_and_keeps_errors_apart() {
-    use rpc_runtime::cpu::{run_devices, Device};
-    let regions: Vec<Region> = [(7u32, 1u32), (64, 32), (1, 1)]
+    use rpc_runtime::cpu::{launch_many, Job};
+    let regions: Vec<CpuRegion> = [(7u32, 1u32), (64, 32), (1, 1)]
         .iter()
-        .map(|&(p, l)| Region::new(Layout::new(p, l).unwrap()))
+        .map(|&(p, l)| CpuRegion::new(Layout::new(p, l).unwrap()))
         .collect();
     let dispatchers: Vec<Dispatcher> = regions.iter().map(|_| quiet()).collect();
-    let devices: Vec<Device> = regions
+    let jobs: Vec<Job> = regions
         .iter()
         .zip(&dispatchers)
-        .map(|(region, dispatcher)| Device {
+        .map(|(region, dispatcher)| Job {
             region,
             threads: 4,
             dispatcher,
         })
         .collect();
     let iters = 200u64;
-    let results = run_devices(&devices, 2, |dev, client, t| {
+    let results = launch_many(&jobs, 2, |dev, client, t| {
         let mut x = (dev * 1000 + t.id) as u64;
         for i in 0..iters {
             if dev == 2 && t.id == 3 && i == 50 {

@@ -52,7 +52,7 @@ fn a_trapping_kernel_is_a_sticky_kernel_error_and_nothing_hangs() {
         "the launch returned promptly"
     );
     match &e {
-        CudaError::Kernel {
+        CudaError::KernelFault {
             kernel,
             name,
             context_lost,
@@ -62,7 +62,7 @@ fn a_trapping_kernel_is_a_sticky_kernel_error_and_nothing_hangs() {
             assert!(name.starts_with("CUDA_ERROR_"), "{e}");
             assert!(*context_lost, "a trap is a sticky error: {e}");
         }
-        other => panic!("expected CudaError::Kernel, got {other:?}"),
+        other => panic!("expected CudaError::KernelFault, got {other:?}"),
     }
     assert!(e.to_string().contains("trap_kernel"), "{e}");
     assert!(e.to_string().contains("unusable"), "{e}");

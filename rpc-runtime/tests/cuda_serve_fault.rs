@@ -57,11 +57,11 @@ fn a_fault_in_a_cudarc_launch_is_a_sticky_kernel_error_from_finish() {
     eprintln!("{e}");
     assert!(start.elapsed() < Duration::from_secs(60), "finish returned promptly");
     match &e {
-        CudaError::Kernel { name, context_lost, .. } => {
+        CudaError::KernelFault { name, context_lost, .. } => {
             assert!(name.starts_with("CUDA_ERROR_"), "{e}");
             assert!(*context_lost, "a trap is a sticky error: {e}");
         }
-        other => panic!("expected CudaError::Kernel, got {other:?}"),
+        other => panic!("expected CudaError::KernelFault, got {other:?}"),
     }
     assert!(e.to_string().contains("unusable"), "{e}");
 }

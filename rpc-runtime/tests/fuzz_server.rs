@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
 use rpc_runtime::call::{self, CallDesc, FrameWord, FRAME_VERSION, NOOP_DESC};
-use rpc_runtime::cpu::{RawDevice, Region};
+use rpc_runtime::cpu::{CpuRegion, RawDevice};
 use rpc_runtime::protocol::{opcodes, Buffer, Layout, BUFFER_BYTES};
 use rpc_runtime::server::{Dispatcher, LaneError, MethodInfo, ServerCall, ServerConfig, ServerError, Service};
 use rpc_runtime::Status;
@@ -279,7 +279,7 @@ impl<'r> std::ops::Deref for Device<'r> {
 }
 
 impl<'r> Device<'r> {
-    fn new(region: &'r Region, server_done: &'r AtomicBool) -> Self {
+    fn new(region: &'r CpuRegion, server_done: &'r AtomicBool) -> Self {
         Device {
             // SAFETY: the test plays the only client of this region; the
             // server validates what it reads.
@@ -630,7 +630,7 @@ fn expect(case: &Case, d: &CallDesc, lane: u32, block: &[u8], inline: bool) -> E
 /// Run one case: the device in this thread, the server on another.
 fn run_case(case: &Case) -> Result<(), String> {
     let layout = Layout::new(1, case.lane_size).unwrap();
-    let region = Region::new(layout);
+    let region = CpuRegion::new(layout);
     let d = dispatcher();
     let p = plan(case);
     let abort = AtomicBool::new(false);
@@ -979,7 +979,7 @@ fn arbitrary_shared_memory_is_refused_or_served() {
 /// kernel's end), recorded as an abandoned call naming port and opcode.
 #[test]
 fn absurd_stream_length_allocates_nothing_and_ends_with_abort() {
-    let region = Region::new(Layout::new(1, 1).unwrap());
+    let region = CpuRegion::new(Layout::new(1, 1).unwrap());
     let d = dispatcher();
     let abort = AtomicBool::new(false);
     let server_done = AtomicBool::new(false);

@@ -39,7 +39,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rpc_runtime::call::{CallDesc, CallError};
-use rpc_runtime::cpu::Region;
+use rpc_runtime::cpu::CpuRegion;
 use rpc_runtime::lanes::{self, sim};
 use rpc_runtime::protocol::{Abandoned, Client, Fresh, Layout, Port, ServerSide};
 use rpc_runtime::server::{Dispatcher, MethodInfo, ServerCall, ServerConfig, Service};
@@ -604,7 +604,7 @@ impl RawServer<'_> {
     }
 
     /// Serve until `done` is set and a last pass finds nothing pending.
-    fn run(&self, region: &Region, done: &AtomicBool, abort: &AtomicBool) {
+    fn run(&self, region: &CpuRegion, done: &AtomicBool, abort: &AtomicBool) {
         let server = region.server().with_abort(abort);
         let n = region.layout().port_count();
         loop {
@@ -643,8 +643,8 @@ const STUB_SERVERS: u32 = 3;
 /// `seed` against a raw region (4 ports) and a stub region (3 ports): fewer
 /// ports than groups, so ports are contended and reused.
 fn run_seed(seed: u64) -> Result<Outcome, String> {
-    let raw_region = Region::new(Layout::new(4, 32).unwrap());
-    let stub_region = Region::new(Layout::new(3, 32).unwrap());
+    let raw_region = CpuRegion::new(Layout::new(4, 32).unwrap());
+    let stub_region = CpuRegion::new(Layout::new(3, 32).unwrap());
     let ledger = Ledger::new();
     static STUB_GOT: AtomicU64 = AtomicU64::new(0);
     STUB_GOT.store(0, Ordering::Relaxed);

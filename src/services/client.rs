@@ -83,14 +83,14 @@ std::thread_local! {
 /// previous binding is restored when `f` returns or unwinds.
 ///
 /// ```
-/// use gpu_rpc::cpu::{run, Launch};
+/// use gpu_rpc::cpu::{self, Launch};
 /// use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// use gpu_rpc::services::{self, StdHost, StdHostConfig, StdServer};
 ///
 /// let (config, out, _) = StdHostConfig::default().capture();
 /// let mut d = Dispatcher::new(ServerConfig::default());
 /// d.add(StdServer(StdHost::new(config))).unwrap();
-/// run(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| {
+/// cpu::launch(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| {
 ///     services::with_client(client, || gpu_rpc::gpu_print!("{}+{}={}", 1, 2, 1 + 2));
 /// })
 /// .unwrap();

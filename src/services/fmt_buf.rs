@@ -179,13 +179,13 @@ pub fn format_line<'b>(buf: &'b mut FmtBuf<LINE_MAX>, args: fmt::Arguments<'_>, 
 /// the registers of its hungriest formatter (about 170 on sm_90).
 ///
 /// ```
-/// # use gpu_rpc::cpu::{run, Launch};
+/// # use gpu_rpc::cpu::{self, Launch};
 /// # use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// # use gpu_rpc::services::{self, Fd, StdHost, StdHostConfig, StdServer};
 /// # let (config, out, _) = StdHostConfig::default().capture();
 /// # let mut d = Dispatcher::new(ServerConfig::default());
 /// # d.add(StdServer(StdHost::new(config))).unwrap();
-/// # run(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
+/// # cpu::launch(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
 /// #[derive(Debug)]
 /// struct Point { x: i32, y: i32 }
 /// services::print_fmt(Fd::STDOUT, format_args!("{:?}", Point { x: 1, y: 2 }), true);
@@ -207,13 +207,13 @@ pub fn print_fmt(stream: Fd, args: fmt::Arguments<'_>, newline: bool) {
 /// compile error, as with `print!`).
 ///
 /// ```
-/// # use gpu_rpc::cpu::{run, Launch};
+/// # use gpu_rpc::cpu::{self, Launch};
 /// # use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// # use gpu_rpc::services::{self, StdHost, StdHostConfig, StdServer};
 /// # let (config, out, _) = StdHostConfig::default().capture();
 /// # let mut d = Dispatcher::new(ServerConfig::default());
 /// # d.add(StdServer(StdHost::new(config))).unwrap();
-/// # run(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
+/// # cpu::launch(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
 /// gpu_rpc::gpu_print!("no newline, {}", "formatted on the device");
 /// # })).unwrap();
 /// # assert_eq!(out.text(), "no newline, formatted on the device");
@@ -229,13 +229,13 @@ macro_rules! gpu_print {
 /// call: the line is never interleaved with another lane's.
 ///
 /// ```
-/// # use gpu_rpc::cpu::{run, Launch};
+/// # use gpu_rpc::cpu::{self, Launch};
 /// # use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// # use gpu_rpc::services::{self, StdHost, StdHostConfig, StdServer};
 /// # let (config, out, _) = StdHostConfig::default().capture();
 /// # let mut d = Dispatcher::new(ServerConfig::default());
 /// # d.add(StdServer(StdHost::new(config))).unwrap();
-/// # run(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
+/// # cpu::launch(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
 /// gpu_rpc::gpu_println!("x = {}", 7);
 /// gpu_rpc::gpu_println!();
 /// # })).unwrap();
@@ -254,13 +254,13 @@ macro_rules! gpu_println {
 /// [`gpu_print!`](crate::gpu_print) to the host's stderr.
 ///
 /// ```
-/// # use gpu_rpc::cpu::{run, Launch};
+/// # use gpu_rpc::cpu::{self, Launch};
 /// # use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// # use gpu_rpc::services::{self, StdHost, StdHostConfig, StdServer};
 /// # let (config, _, err) = StdHostConfig::default().capture();
 /// # let mut d = Dispatcher::new(ServerConfig::default());
 /// # d.add(StdServer(StdHost::new(config))).unwrap();
-/// # run(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
+/// # cpu::launch(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
 /// gpu_rpc::gpu_eprint!("warning: {}", 1);
 /// # })).unwrap();
 /// # assert_eq!(err.text(), "warning: 1");
@@ -275,13 +275,13 @@ macro_rules! gpu_eprint {
 /// [`gpu_println!`](crate::gpu_println) to the host's stderr.
 ///
 /// ```
-/// # use gpu_rpc::cpu::{run, Launch};
+/// # use gpu_rpc::cpu::{self, Launch};
 /// # use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// # use gpu_rpc::services::{self, StdHost, StdHostConfig, StdServer};
 /// # let (config, _, err) = StdHostConfig::default().capture();
 /// # let mut d = Dispatcher::new(ServerConfig::default());
 /// # d.add(StdServer(StdHost::new(config))).unwrap();
-/// # run(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
+/// # cpu::launch(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
 /// gpu_rpc::gpu_eprintln!("error: {}", "details");
 /// # })).unwrap();
 /// # assert_eq!(err.text(), "error: details\n");

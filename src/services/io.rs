@@ -10,14 +10,14 @@ use super::{try_with_std, with_std, Fd, IoError};
 /// Panics if the call fails.
 ///
 /// ```
-/// # use gpu_rpc::cpu::{run, Launch};
+/// # use gpu_rpc::cpu::{self, Launch};
 /// # use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// # use gpu_rpc::services::{self, flags, ExitMode, Fd, IoError, StdHost, StdHostConfig, StdServer};
 /// # let (config, out, err) = StdHostConfig::default().exit_mode(ExitMode::Record).allow_env("HOME").capture();
 /// # let host = StdHost::new(config);
 /// # let mut d = Dispatcher::new(ServerConfig::default());
 /// # d.add(StdServer(host.clone())).unwrap();
-/// # let report = run(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
+/// # let report = cpu::launch(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
 /// assert_eq!(services::write(Fd::STDOUT, b"raw bytes\n"), Ok(()));
 /// assert_eq!(services::write(Fd(7), b"x"), Err(IoError::EBADF));
 /// assert_eq!(services::flush(Fd::STDOUT), Ok(()));
@@ -38,14 +38,14 @@ pub fn flush(stream: Fd) -> Result<(), IoError> {
 /// bound or the call fails.
 ///
 /// ```
-/// # use gpu_rpc::cpu::{run, Launch};
+/// # use gpu_rpc::cpu::{self, Launch};
 /// # use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// # use gpu_rpc::services::{self, flags, ExitMode, Fd, IoError, StdHost, StdHostConfig, StdServer};
 /// # let (config, out, err) = StdHostConfig::default().exit_mode(ExitMode::Record).allow_env("HOME").capture();
 /// # let host = StdHost::new(config);
 /// # let mut d = Dispatcher::new(ServerConfig::default());
 /// # d.add(StdServer(host.clone())).unwrap();
-/// # let report = run(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
+/// # let report = cpu::launch(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
 /// services::exit(3); // ExitMode::Record here: the host records 3, the lane halts
 /// # })).unwrap();
 /// # assert_eq!((host.exit_code(), report.halted), (Some(3), 1));
@@ -58,14 +58,14 @@ pub fn exit(code: i32) -> ! {
 /// Abort the program ([`Std::abort`]); this lane halts.
 ///
 /// ```
-/// # use gpu_rpc::cpu::{run, Launch};
+/// # use gpu_rpc::cpu::{self, Launch};
 /// # use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// # use gpu_rpc::services::{self, flags, ExitMode, Fd, IoError, StdHost, StdHostConfig, StdServer};
 /// # let (config, out, err) = StdHostConfig::default().exit_mode(ExitMode::Record).allow_env("HOME").capture();
 /// # let host = StdHost::new(config);
 /// # let mut d = Dispatcher::new(ServerConfig::default());
 /// # d.add(StdServer(host.clone())).unwrap();
-/// # let report = run(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
+/// # let report = cpu::launch(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
 /// services::abort();
 /// # })).unwrap();
 /// # assert!(host.aborted());
@@ -80,12 +80,12 @@ pub fn abort() -> ! {
 /// directory, read-only; relative paths start there), else `EACCES`.
 ///
 /// ```
-/// # use gpu_rpc::cpu::{run, Launch};
+/// # use gpu_rpc::cpu::{self, Launch};
 /// # use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// # use gpu_rpc::services::{self, flags, IoError, StdHost, StdHostConfig, StdServer};
 /// # let mut d = Dispatcher::new(ServerConfig::default());
 /// # d.add(StdServer(StdHost::new(StdHostConfig::default()))).unwrap();
-/// # run(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
+/// # cpu::launch(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
 /// assert_eq!(services::open("no/such/file", flags::READ), Err(IoError::ENOENT));
 /// assert_eq!(services::open("/etc/passwd", flags::READ), Err(IoError::EACCES)); // outside
 /// # })).unwrap();
@@ -98,14 +98,14 @@ pub fn open(path: &str, flags: u32) -> Result<Fd, IoError> {
 /// ([`Std::read`]); returns the bytes read (0 at the end).
 ///
 /// ```
-/// # use gpu_rpc::cpu::{run, Launch};
+/// # use gpu_rpc::cpu::{self, Launch};
 /// # use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// # use gpu_rpc::services::{self, flags, ExitMode, Fd, IoError, StdHost, StdHostConfig, StdServer};
 /// # let (config, out, err) = StdHostConfig::default().exit_mode(ExitMode::Record).allow_write(std::env::temp_dir()).capture();
 /// # let host = StdHost::new(config);
 /// # let mut d = Dispatcher::new(ServerConfig::default());
 /// # d.add(StdServer(host.clone())).unwrap();
-/// # let report = run(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
+/// # let report = cpu::launch(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
 /// # let tmp = std::env::temp_dir().join(format!("gpu_rpc_doc_read_{}", std::process::id()));
 /// # let path = tmp.to_str().unwrap();
 /// let fd = services::open(path, flags::WRITE | flags::CREATE | flags::TRUNCATE).unwrap();
@@ -142,14 +142,14 @@ pub fn close(fd: Fd) -> Result<(), IoError> {
 /// ([`Std::time_ns`]).
 ///
 /// ```
-/// # use gpu_rpc::cpu::{run, Launch};
+/// # use gpu_rpc::cpu::{self, Launch};
 /// # use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// # use gpu_rpc::services::{self, flags, ExitMode, Fd, IoError, StdHost, StdHostConfig, StdServer};
 /// # let (config, out, err) = StdHostConfig::default().exit_mode(ExitMode::Record).allow_env("HOME").capture();
 /// # let host = StdHost::new(config);
 /// # let mut d = Dispatcher::new(ServerConfig::default());
 /// # d.add(StdServer(host.clone())).unwrap();
-/// # let report = run(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
+/// # let report = cpu::launch(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
 /// let t = services::time_ns();
 /// assert!(t > 1_600_000_000 * 1_000_000_000); // after 2020
 /// # })).unwrap();
@@ -163,14 +163,14 @@ pub fn time_ns() -> u64 {
 /// `buf` and its full length returned (longer than `buf` means it was cut).
 ///
 /// ```
-/// # use gpu_rpc::cpu::{run, Launch};
+/// # use gpu_rpc::cpu::{self, Launch};
 /// # use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// # use gpu_rpc::services::{self, flags, ExitMode, Fd, IoError, StdHost, StdHostConfig, StdServer};
 /// # let (config, out, err) = StdHostConfig::default().exit_mode(ExitMode::Record).allow_env("HOME").capture();
 /// # let host = StdHost::new(config);
 /// # let mut d = Dispatcher::new(ServerConfig::default());
 /// # d.add(StdServer(host.clone())).unwrap();
-/// # let report = run(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
+/// # let report = cpu::launch(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
 /// let mut buf = [0u8; 256];
 /// // The host allows HOME here; everything else looks unset.
 /// if let Some(n) = services::getenv("HOME", &mut buf) {

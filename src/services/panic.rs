@@ -34,14 +34,14 @@ pub fn format_panic_message(buf: &mut FmtBuf<PANIC_MESSAGE_MAX>, message: impl f
 /// no client bound, or the call failed; see [`PanicReportError`].
 ///
 /// ```
-/// # use gpu_rpc::cpu::{run, Launch};
+/// # use gpu_rpc::cpu::{self, Launch};
 /// # use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// # use gpu_rpc::services::{self, flags, ExitMode, Fd, IoError, StdHost, StdHostConfig, StdServer};
 /// # let (config, out, err) = StdHostConfig::default().exit_mode(ExitMode::Record).allow_env("HOME").capture();
 /// # let host = StdHost::new(config);
 /// # let mut d = Dispatcher::new(ServerConfig::default());
 /// # d.add(StdServer(host.clone())).unwrap();
-/// # let report = run(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
+/// # let report = cpu::launch(&Launch { threads: 1, ..Launch::default() }, &d, |client, _| services::with_client(client, || {
 /// let i = 7;
 /// services::report_panic(format_args!("bad index {i}"), "src/lib.rs", 10, 5, [0, 0, 0], [3, 0, 0]).unwrap();
 /// # })).unwrap();

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use gpu_example_services::conform::{run_lane, Call, Method, Model, Program, Scratch, Want, METHODS, RESULT_WORDS};
 use gpu_example_services::{Conform, ConformClient, ConformServer};
 use gpu_examples::{ConformHost, Verdict};
-use gpu_rpc::cpu::{run, Launch};
+use gpu_rpc::cpu::{self, Launch};
 use gpu_rpc::server::{Dispatcher, ServerConfig};
 
 /// Top-level ops per lane.
@@ -33,7 +33,7 @@ fn run_seed(seed: u64, threads: usize, ports: u32, server_threads: usize) -> (Ve
     });
     d.add(ConformServer(Arc::clone(&host))).expect("one service");
     let results: Vec<AtomicU64> = (0..threads * RESULT_WORDS).map(|_| AtomicU64::new(u64::MAX)).collect();
-    let report = run(
+    let report = cpu::launch(
         &Launch {
             threads,
             server_threads,

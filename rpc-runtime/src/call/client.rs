@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::lanes;
-use crate::protocol::{Client, ClientSide, Port, Received, Sent};
+use crate::protocol::{Client, ClientSide, Fresh, Port, Received, Sent};
 
 /// A call in progress on the client, after its frame was sent. Generated
 /// stubs drive it: [`stream`](Self::stream) each input, then
@@ -46,19 +46,8 @@ impl<'a> Client<'a> {
     #[inline]
     pub fn begin<'p>(&'p self, desc: &'static CallDesc, block: &[u8]) -> ClientCall<'p, 'a> {
         debug_assert_eq!(block.len(), desc.block_len());
-        let word = desc.frame_word().pack();
-        let words = 1 + block.len().min(FIRST_PAYLOAD).div_ceil(8);
         let port = self.open_keyed(desc.opcode, desc.group_key(), lanes::warp_hint());
-        let port = port.send_words(words, |b| {
-            b.data[0] = word;
-            fill_block(0, block, b);
-        });
-        let port = port.send_packets(spill_packets(block.len()), |i, b| fill_block(i + 1, block, b));
-        ClientCall {
-            port,
-            desc,
-            inlined: false,
-        }
+        send_frame::<u8>(port, desc, block, &[], false)
     }
 
     /// [`begin`](Self::begin) for a method with one streamed input, given
@@ -84,30 +73,7 @@ impl<'a> Client<'a> {
         // their streams in packets. (One send either way: each inlined copy
         // of a send costs the kernel a packet buffer of stack.)
         let inline = lanes::ballot(port.lane_mask(), !fits) == 0;
-        let word = FrameWord {
-            inline_streams: inline,
-            ..desc.frame_word()
-        }
-        .pack();
-        let words = if inline {
-            1 + end.div_ceil(8)
-        } else {
-            1 + block.len().min(FIRST_PAYLOAD).div_ceil(8)
-        };
-        let port = port.send_words(words, |b| {
-            b.data[0] = word;
-            fill_block(0, block, b);
-            if inline {
-                put_inline(items, inline_start(block.len()), b);
-            }
-        });
-        let spill = if inline { 0 } else { spill_packets(block.len()) };
-        let port = port.send_packets(spill, |i, b| fill_block(i + 1, block, b));
-        ClientCall {
-            port,
-            desc,
-            inlined: inline,
-        }
+        send_frame(port, desc, block, items, inline)
     }
 
     /// Make the runtime's no-op call (opcode [`NOOP`](crate::protocol::opcodes::NOOP))
@@ -123,6 +89,47 @@ impl<'a> Client<'a> {
             reply.close();
             r
         })
+    }
+}
+
+/// Send the frame of the call `desc` on a port just opened: the frame word
+/// and `block` in packet 0 (and in spill packets past it), or, if `inline`
+/// (the group agreed that every lane's `items` fit), the word saying so, the
+/// block and the items, all in packet 0. The one place the client lays out
+/// a frame; [`Client::begin`] is this without items.
+#[inline(always)]
+fn send_frame<'p, 'a, T: Wire>(
+    port: Port<'p, 'a, ClientSide, Fresh>,
+    desc: &'static CallDesc,
+    block: &[u8],
+    items: &[T],
+    inline: bool,
+) -> ClientCall<'p, 'a> {
+    let word = FrameWord {
+        inline_streams: inline,
+        ..desc.frame_word()
+    }
+    .pack();
+    // (The items fit when `inline`; the `min` says so to the compiler, which
+    // otherwise keeps 96-144 more bytes of stack in kernels that inline.)
+    let words = if inline {
+        1 + inline_next(inline_start(block.len()), (items.len() * T::SIZE).min(FIRST_PAYLOAD)).div_ceil(8)
+    } else {
+        1 + block.len().min(FIRST_PAYLOAD).div_ceil(8)
+    };
+    let port = port.send_words(words, |b| {
+        b.data[0] = word;
+        fill_block(0, block, b);
+        if inline {
+            put_inline(items, inline_start(block.len()), b);
+        }
+    });
+    let spill = if inline { 0 } else { spill_packets(block.len()) };
+    let port = port.send_packets(spill, |i, b| fill_block(i + 1, block, b));
+    ClientCall {
+        port,
+        desc,
+        inlined: inline,
     }
 }
 

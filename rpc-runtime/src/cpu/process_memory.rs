@@ -108,7 +108,7 @@ impl DeviceMemory for ProcessMemory {
 }
 
 /// Elsewhere the CPU backend's lanes never ask for direct copies
-/// ([`run_devices`](super::run_devices) turns them on only on Linux), and
+/// ([`launch_many`](super::launch_many) turns them on only on Linux), and
 /// a copy fails.
 #[cfg(not(target_os = "linux"))]
 impl DeviceMemory for ProcessMemory {

@@ -6,20 +6,20 @@
 use std::marker::PhantomData;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
-use super::Region;
+use super::CpuRegion;
 use crate::call::Status;
 use crate::protocol::{Buffer, Layout, BUFFER_BYTES};
 
-/// Raw access to a [`Region`]'s shared memory, as a misbehaving device has
+/// Raw access to a [`CpuRegion`]'s shared memory, as a misbehaving device has
 /// it (the client lock words are not used).
 ///
 /// ```
 /// # use rpc_runtime as gpu_rpc;
-/// use gpu_rpc::cpu::{RawDevice, Region};
+/// use gpu_rpc::cpu::{RawDevice, CpuRegion};
 /// use gpu_rpc::protocol::{opcodes, Buffer, Layout};
 /// use gpu_rpc::server::{Dispatcher, ServerConfig};
 /// use gpu_rpc::Status;
-/// let region = Region::new(Layout::new(1, 1).unwrap());
+/// let region = CpuRegion::new(Layout::new(1, 1).unwrap());
 /// // SAFETY: nothing else uses the region while the test writes it.
 /// let dev = unsafe { RawDevice::new(&region) };
 /// // A frame word of version 0: refused as a whole, answered BadFrame.
@@ -31,7 +31,7 @@ use crate::protocol::{Buffer, Layout, BUFFER_BYTES};
 pub struct RawDevice<'r> {
     base: *mut u8,
     layout: Layout,
-    _region: PhantomData<&'r Region>,
+    _region: PhantomData<&'r CpuRegion>,
 }
 
 impl<'r> RawDevice<'r> {
@@ -40,7 +40,7 @@ impl<'r> RawDevice<'r> {
     /// # Safety
     /// No client may use the region while this device writes it (the
     /// server may: it validates what it reads).
-    pub unsafe fn new(region: &'r Region) -> Self {
+    pub unsafe fn new(region: &'r CpuRegion) -> Self {
         RawDevice {
             // SAFETY: the caller's contract; the pointer is used only for
             // in-bounds atomic accesses below.

@@ -33,10 +33,16 @@
 //! transfer that fails is retried slice by slice, so a bad address fails
 //! only its own lane.
 
+use std::ffi::c_void;
+use std::fmt;
+use std::ptr::NonNull;
 use std::sync::{Condvar, Mutex};
 
-use super::*;
+use cudarc::driver::{result, sys, DriverError};
+
 use crate::device_memory::{CopyError, DeviceMemory};
+
+use super::*;
 
 /// Bytes of one half of a stage (one transfer on the bus at a time).
 pub const STAGE_HALF_BYTES: usize = 4 << 20;

@@ -1,5 +1,11 @@
 //! A GPU and its context: [`CudaDevice`], and finding the driver.
 
+use std::fmt;
+use std::panic::catch_unwind;
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::{result, sys, CudaContext};
+
 use super::*;
 
 /// Whether a CUDA driver library can be loaded on this machine (probed once,

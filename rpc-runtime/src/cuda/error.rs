@@ -1,7 +1,11 @@
 //! The CUDA backend's errors: [`CudaError`], what the driver's codes mean
 //! for a user, and the guards that turn driver calls into them.
 
-use super::*;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use cudarc::driver::DriverError;
+
+use crate::protocol::Abandoned;
 
 /// What went wrong in the CUDA backend. Every variant's message starts with
 /// `gpu_rpc cuda:` and names what was being done.
@@ -46,7 +50,7 @@ pub enum CudaError {
         /// Why.
         reason: String,
     },
-    /// The text handed to [`Module::from_ptx`] is not PTX (checked before it
+    /// The text handed to [`Module::from_ptx`](super::Module::from_ptx) is not PTX (checked before it
     /// reaches the driver).
     #[error("gpu_rpc cuda: not PTX text: {reason}")]
     NotPtx {
@@ -75,7 +79,7 @@ pub enum CudaError {
         entries: Vec<String>,
     },
     /// The kernel's parameters (as the driver reports them) do not match a
-    /// [`ClientDesc`] followed by the given extra arguments.
+    /// [`ClientDesc`](crate::protocol::ClientDesc) followed by the given extra arguments.
     #[error("gpu_rpc cuda: kernel `{kernel}` does not take the arguments of this launch: {message}")]
     KernelSignature {
         /// The kernel.
@@ -126,7 +130,7 @@ pub enum CudaError {
     /// many resources, …). Nothing ran; the context is still usable unless
     /// the code is a sticky one left by an earlier fault.
     #[error("gpu_rpc cuda: launching kernel `{kernel}` failed: {name} ({code}): {message}")]
-    Launch {
+    LaunchFailed {
         /// The kernel.
         kernel: String,
         /// The `CUresult` value.
@@ -140,7 +144,7 @@ pub enum CudaError {
     /// `CUDA_ERROR_LAUNCH_FAILED` for a `trap`, `CUDA_ERROR_ASSERT`,
     /// `CUDA_ERROR_ILLEGAL_INSTRUCTION`, …). The server threads were stopped.
     #[error("gpu_rpc cuda: kernel `{kernel}` faulted: {name} ({code}): {message}{}", lost_suffix(.context_lost))]
-    Kernel {
+    KernelFault {
         /// The kernel.
         kernel: String,
         /// The `CUresult` value.
@@ -235,7 +239,7 @@ impl CudaError {
     /// assert!(!e.is_context_lost());
     /// ```
     pub fn is_context_lost(&self) -> bool {
-        matches!(self, CudaError::Kernel { context_lost: true, .. })
+        matches!(self, CudaError::KernelFault { context_lost: true, .. })
     }
 }
 

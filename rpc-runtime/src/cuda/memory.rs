@@ -2,6 +2,16 @@
 //! device buffers, the per-thread stack limit, and the shared region
 //! ([`CudaRegion`]).
 
+use std::ffi::c_void;
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU32;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{result, sys};
+
+use crate::protocol::{client_local_words, lock_words, ClientDesc, Layout, Parts, Server, MAX_PORTS};
+
 use super::*;
 
 /// Pinned host memory mapped into the device's address space

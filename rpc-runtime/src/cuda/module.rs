@@ -1,6 +1,14 @@
 //! PTX modules and their kernels: loading, checking, entry points,
 //! parameter layouts and resource limits.
 
+use std::ffi::{c_void, CString};
+use std::fmt;
+use std::path::Path;
+
+use cudarc::driver::{result, sys};
+
+use crate::protocol::ClientDesc;
+
 use super::*;
 
 /// Check that `text` looks like PTX: after whitespace and comments, the first
@@ -511,7 +519,7 @@ mod tests {
             e.to_string(),
             "gpu_rpc cuda: kernel `foo` not found in module (its entry points: a, b)"
         );
-        let e = CudaError::Kernel {
+        let e = CudaError::KernelFault {
             kernel: "k".into(),
             code: 719,
             name: "CUDA_ERROR_LAUNCH_FAILED".into(),

@@ -2,6 +2,15 @@
 //! run, and [`launch_many`], which launches kernels and serves them from
 //! one pool of server threads.
 
+use std::ffi::c_void;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{result, sys, DriverError};
+
+use crate::host::{launch_and_serve, HostJob, RunKernel};
+use crate::protocol::{ClientDesc, MAX_PORTS};
+use crate::server::{Dispatcher, IdleBackoff, IdlePolicy, Wait};
+
 use super::*;
 
 /// How to launch a kernel and serve it.
@@ -108,7 +117,7 @@ pub(super) fn kernel_error(kernel: &str, e: DriverError) -> CudaError {
         _ => "",
     };
     message.push_str(hint);
-    CudaError::Kernel {
+    CudaError::KernelFault {
         kernel: kernel.to_string(),
         code,
         name,
@@ -148,7 +157,7 @@ pub(super) fn run_kernel(
     })?;
     if let Err(e) = launched {
         let (code, name, message) = describe(e);
-        return Err(CudaError::Launch {
+        return Err(CudaError::LaunchFailed {
             kernel: kernel.name.clone(),
             code,
             name,
@@ -156,8 +165,13 @@ pub(super) fn run_kernel(
         });
     }
     let stop = guard("recording an event", || stream.record_event(timed));
-    let waiting = Instant::now();
-    let mut nap = Duration::from_micros(50);
+    // The watcher waits as an idle server thread does under the default
+    // policy: it yields through the first millisecond (short kernels), then
+    // sleeps 50 µs doubling to 1 ms, so it does not compete with the server
+    // threads, a long kernel costs it about a thousand wake-ups a second and
+    // the kernel's end is noticed within a millisecond (its time comes from
+    // CUDA events).
+    let mut backoff = IdleBackoff::new(IdlePolicy::default(), 0, Instant::now());
     loop {
         let state = raw_guard("waiting for a kernel", || {
             // SAFETY: `s` is a live stream of the current context.
@@ -165,19 +179,10 @@ pub(super) fn run_kernel(
         })?;
         match state {
             Ok(()) => break,
-            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NOT_READY => {
-                // Yield for the first millisecond (short kernels), then sleep
-                // so the watcher does not compete with the server threads:
-                // 50 µs doubling to 1 ms, so a long kernel costs the watcher
-                // about a thousand wake-ups a second, and its end is noticed
-                // within a millisecond (its time comes from CUDA events).
-                if waiting.elapsed() < Duration::from_millis(1) {
-                    std::thread::yield_now();
-                } else {
-                    std::thread::sleep(nap);
-                    nap = (nap * 2).min(Duration::from_millis(1));
-                }
-            }
+            Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NOT_READY => match backoff.after_empty_pass(Instant::now()) {
+                Wait::Spin => std::thread::yield_now(),
+                Wait::Sleep(d) => std::thread::sleep(d),
+            },
             Err(e) => return Err(kernel_error(&kernel.name, e)),
         }
     }
@@ -200,7 +205,7 @@ pub(super) fn run_kernel(
 /// bytes, `#[repr(C)]`, align 8); `extra` follows it. When the driver reports
 /// parameter sizes (CUDA 12.4+), they are checked before launching.
 ///
-/// On a fault the server threads are stopped and [`CudaError::Kernel`] is
+/// On a fault the server threads are stopped and [`CudaError::KernelFault`] is
 /// returned; see [the module docs](crate::cuda) on sticky errors. A kernel that
 /// never finishes (e.g. waiting for a reply that never comes) blocks this
 /// call: there is no timeout, as memory a running kernel uses cannot be freed.

@@ -3,8 +3,17 @@
 //! that already launches its kernels with `cudarc` keeps its launch code and
 //! passes [`Serve::desc`] as the kernel's first argument.
 
-use std::sync::atomic::Ordering;
+use std::fmt;
+use std::panic::resume_unwind;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
+
+use cudarc::driver::{result, CudaContext};
+
+use crate::protocol::{Abandoned, ClientDesc};
+use crate::server::{serve_pool, Dispatcher, Idle, Served};
 
 use super::*;
 
@@ -17,7 +26,7 @@ use super::*;
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServeConfig {
-    /// Ports of the region (1 ..= [`MAX_PORTS`]); a warp needs one while it
+    /// Ports of the region (1 ..= [`MAX_PORTS`](crate::protocol::MAX_PORTS)); a warp needs one while it
     /// makes a call, so more ports than warps in flight only cost scan time.
     /// Default [`DEFAULT_PORT_COUNT`].
     pub port_count: u32,
@@ -171,7 +180,7 @@ impl Serve {
     /// Wait until every kernel on the context is over (serving their calls
     /// meanwhile: a kernel waiting for a reply still gets it), then stop the
     /// server threads and report. A kernel that faulted is
-    /// [`CudaError::Kernel`] (after a sticky fault the context is lost, as
+    /// [`CudaError::KernelFault`] (after a sticky fault the context is lost, as
     /// [the module docs](crate::cuda) say); a call a kernel left unfinished
     /// is [`CudaError::Abandoned`].
     pub fn finish(mut self) -> Result<Report, CudaError> {
@@ -200,7 +209,7 @@ impl Serve {
     }
 
     /// `cuCtxSynchronize` on the region's context, a fault as
-    /// [`CudaError::Kernel`].
+    /// [`CudaError::KernelFault`].
     fn wait_for_kernels(&self) -> Result<(), CudaError> {
         self.shared.region.device().bind()?;
         match raw_guard("waiting for the context's kernels", result::ctx::synchronize)? {

@@ -1,6 +1,9 @@
 //! Agents and memory pools: finding the GPU agents and the pools the
 //! backend allocates from.
 
+use std::ffi::c_void;
+
+use super::ffi::{Agent, Api, MemoryPool, Status};
 use super::*;
 
 extern "C" fn push_agent(agent: Agent, data: *mut c_void) -> Status {

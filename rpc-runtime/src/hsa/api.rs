@@ -1,6 +1,10 @@
 //! Loading the HSA runtime library at run time and checking its status
 //! codes.
 
+use std::ffi::{c_char, CStr};
+use std::sync::OnceLock;
+
+use super::ffi::{Api, Status};
 use super::*;
 
 /// Names of the `hsa_status_t` values (from `hsa.h`).

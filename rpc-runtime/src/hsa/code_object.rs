@@ -1,6 +1,10 @@
 //! Code objects and their kernels: loading, checking the target, kernel
 //! descriptors and argument layouts.
 
+use std::ffi::CString;
+use std::fmt;
+use std::path::Path;
+
 use super::*;
 
 /// ELF `e_machine` of AMDGPU.

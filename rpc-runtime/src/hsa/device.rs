@@ -1,5 +1,9 @@
 //! A GPU agent with its queue: [`HsaDevice`].
 
+use std::fmt;
+use std::sync::Arc;
+
+use super::ffi::{Agent, Api, MemoryPool};
 use super::*;
 
 pub(super) struct DeviceInner {

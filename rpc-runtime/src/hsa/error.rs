@@ -1,7 +1,7 @@
 //! The HSA backend's errors: [`HsaError`] and what the runtime's status
 //! codes mean for a user.
 
-use super::*;
+use crate::protocol::Abandoned;
 
 /// What went wrong in the HSA backend. Every variant's message starts with
 /// `gpu_rpc hsa:` and names what was being done.
@@ -97,7 +97,7 @@ pub enum HsaError {
     /// trap such as a device-side panic, an invalid packet). The server
     /// threads were stopped.
     #[error("gpu_rpc hsa: kernel `{kernel}` failed: {name} ({code:#x}): {message}")]
-    Kernel {
+    KernelFault {
         /// The kernel.
         kernel: String,
         /// The `hsa_status_t` the queue reported.

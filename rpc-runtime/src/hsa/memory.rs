@@ -1,6 +1,16 @@
 //! Memory the backend allocates: fine-grained host buffers, device words,
 //! and the shared region ([`HsaRegion`]).
 
+use std::ffi::c_void;
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU32;
+
+use crate::protocol::{
+    client_local_words, client_locks_released, lock_words, ClientDesc, Layout, Parts, Server, MAX_PORTS,
+};
+
+use super::ffi::MemoryPool;
 use super::*;
 
 /// `len` bytes from `pool`, made accessible to `device`'s GPU.

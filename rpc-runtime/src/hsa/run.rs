@@ -1,6 +1,14 @@
 //! Launching: the launch configuration, one kernel run on the queue, and
 //! serving it from host threads until it is over.
 
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::host::{launch_and_serve, HostJob, RunKernel};
+use crate::protocol::MAX_PORTS;
+use crate::server::Dispatcher;
+
+use super::ffi::{Api, Signal, Status};
 use super::*;
 
 /// How to launch a kernel and serve it (the same fields as
@@ -283,7 +291,7 @@ pub(super) fn run_kernel(
         }
         let err = queue.error();
         if err != 0 {
-            return Err(HsaError::Kernel {
+            return Err(HsaError::KernelFault {
                 kernel: kernel.name.clone(),
                 code: err,
                 name: status_name(err).to_string(),
@@ -305,7 +313,7 @@ pub(super) fn run_kernel(
 ///
 /// A kernel that never finishes blocks this call (no timeout: memory a
 /// running kernel uses cannot be freed). A queue error (memory fault, trap)
-/// ends it with [`HsaError::Kernel`], although ROCm usually aborts the
+/// ends it with [`HsaError::KernelFault`], although ROCm usually aborts the
 /// process itself on a GPU memory fault.
 ///
 /// ```no_run

@@ -28,10 +28,10 @@ pub struct Served<'r, 'a> {
 /// ```
 /// # use rpc_runtime as gpu_rpc;
 /// use std::sync::atomic::AtomicBool;
-/// use gpu_rpc::cpu::Region;
+/// use gpu_rpc::cpu::CpuRegion;
 /// use gpu_rpc::protocol::Layout;
 /// use gpu_rpc::server::{serve_pool, Dispatcher, Idle, Served, ServerConfig};
-/// let (a, b) = (Region::new(Layout::new(4, 1).unwrap()), Region::new(Layout::new(4, 1).unwrap()));
+/// let (a, b) = (CpuRegion::new(Layout::new(4, 1).unwrap()), CpuRegion::new(Layout::new(4, 1).unwrap()));
 /// let d = Dispatcher::new(ServerConfig::default());
 /// let done = AtomicBool::new(true); // both "kernels" are over already
 /// let (sa, sb) = (a.server(), b.server());

@@ -379,8 +379,8 @@ fn run_shape(
         Ok(report) => report,
         Err(err) => {
             let (class, what) = match &err {
-                CudaError::Kernel { .. } => (Class::Trap, "trap"),
-                CudaError::Launch { name, .. } if name.contains("OUT_OF_RESOURCES") => (
+                CudaError::KernelFault { .. } => (Class::Trap, "trap"),
+                CudaError::LaunchFailed { name, .. } if name.contains("OUT_OF_RESOURCES") => (
                     Class::Launch,
                     "cannot launch (too many registers or too much local memory per thread for this block size: \
                      the register-footprint issue)",
@@ -388,7 +388,7 @@ fn run_shape(
                 CudaError::BlockTooLarge { .. } => {
                     (Class::Launch, "cannot launch (block larger than the kernel allows)")
                 }
-                CudaError::Launch { .. } => (Class::Launch, "cannot launch"),
+                CudaError::LaunchFailed { .. } => (Class::Launch, "cannot launch"),
                 _ => (Class::Error, "launch error"),
             };
             let seen = seen(host, d);
