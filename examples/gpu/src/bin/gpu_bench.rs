@@ -116,52 +116,62 @@ fn per_call(dev: &CudaDevice, kernel: &Kernel<'_>, threads: u32, iters: u32) -> 
 }
 
 fn null(dev: &CudaDevice, module: &Module) {
+    const REPS: usize = 3;
     let iters = 20_000;
     let noop = module.kernel("rpc_noop_kernel").unwrap();
     let incr = module.kernel("rpc_incr_kernel").unwrap();
     // Warm up the module, the driver and the page tables.
     per_call(dev, &noop, 1, 100);
     pingpong(dev, module, 1000);
-    let floor = pingpong(dev, module, iters);
-    let one = per_call(dev, &noop, 1, iters);
-    let one_incr = per_call(dev, &incr, 1, iters);
-    let warp = per_call(dev, &noop, 32, iters / 4);
-    let warp_incr = per_call(dev, &incr, 32, iters / 4);
-    println!("\n### 1. Null round trip (one port, one host server thread, {iters} calls)\n");
-    println!("| workload | µs per call | × floor |");
+    // The workloads alternate within each repetition, so a slow moment of
+    // the machine falls on all of them alike.
+    let mut runs: [Vec<f64>; 5] = Default::default();
+    for _ in 0..REPS {
+        runs[0].push(pingpong(dev, module, iters));
+        runs[1].push(per_call(dev, &noop, 1, iters));
+        runs[2].push(per_call(dev, &incr, 1, iters));
+        runs[3].push(per_call(dev, &noop, 32, iters / 4));
+        runs[4].push(per_call(dev, &incr, 32, iters / 4));
+    }
+    let [floor, one, one_incr, warp, warp_incr] = runs.map(|mut v| spread(&mut v));
+    println!("\n### 1. Null round trip (one port, one host server thread, {iters} calls, {REPS} launches each)\n");
+    println!("| workload | µs per call, median [min, max] | × floor (medians) |");
     println!("|---|---:|---:|");
-    println!("| raw ping-pong of two words (floor) | {:.2} | 1.00 |", floor * 1e6);
-    println!("| runtime no-op, 1 lane | {:.2} | {:.2} |", one * 1e6, one / floor);
-    println!(
-        "| generated `Bench::incr`, 1 lane | {:.2} | {:.2} |",
-        one_incr * 1e6,
-        one_incr / floor
-    );
-    println!(
-        "| runtime no-op, 1 warp (32 lanes) | {:.2} | {:.2} |",
-        warp * 1e6,
-        warp / floor
-    );
-    println!(
-        "| generated `Bench::incr`, 1 warp | {:.2} | {:.2} |",
-        warp_incr * 1e6,
-        warp_incr / floor
-    );
+    for (name, (m, lo, hi)) in [
+        ("raw ping-pong of two words (floor)", floor),
+        ("runtime no-op, 1 lane", one),
+        ("generated `Bench::incr`, 1 lane", one_incr),
+        ("runtime no-op, 1 warp (32 lanes)", warp),
+        ("generated `Bench::incr`, 1 warp", warp_incr),
+    ] {
+        println!(
+            "| {name} | {:.2} [{:.2}, {:.2}] | {:.2} |",
+            m * 1e6,
+            lo * 1e6,
+            hi * 1e6,
+            m / floor.0
+        );
+    }
     println!(
         "\nOne warp: {:.2} M lane-calls/s ({:.2} M with the generated stub).",
-        32.0 / warp / 1e6,
-        32.0 / warp_incr / 1e6
+        32.0 / warp.0 / 1e6,
+        32.0 / warp_incr.0 / 1e6
     );
 }
 
 fn contention(dev: &CudaDevice, module: &Module) {
+    const REPS: usize = 3;
     let sms = dev.sm_count().unwrap();
     let incr = module.kernel("rpc_incr_kernel").unwrap();
     let iters = 20;
     let one_warp = 1.0 / per_call(dev, &incr, 32, 2000);
-    println!("\n### 2. Throughput under contention (`Bench::incr`, {iters} calls per thread)\n");
+    println!(
+        "\n### 2. Throughput under contention (`Bench::incr`, {iters} calls per thread, {REPS} launches per row)\n"
+    );
     println!("Baseline: one warp alone, {:.3} M warp-calls/s.\n", one_warp / 1e6);
-    println!("| blocks × threads | warps | ports | server threads | M warp-calls/s | M lane-calls/s | × one warp |");
+    println!(
+        "| blocks × threads | warps | ports | server threads | M warp-calls/s, median [min, max] | M lane-calls/s | × one warp |"
+    );
     println!("|---|---:|---:|---:|---:|---:|---:|");
     // 132 blocks × 128 threads (528 warps, the reference's configuration),
     // 528 blocks × 128 threads (2112 warps), and the same 4224 warps as
@@ -173,38 +183,43 @@ fn contention(dev: &CudaDevice, module: &Module) {
         (sms, 1024, vec![64, 512, 4096]),
     ] {
         for &ports in &port_list {
-            for servers in [1usize, 2, 4, 8] {
+            'row: for servers in [1usize, 2, 4, 8] {
                 let threads = grid as usize * block as usize;
-                let out = PinnedBuffer::new(dev, threads * 8).unwrap();
-                let counters = Arc::new(Counters::default());
-                let d = bench_dispatcher(&counters);
-                let region = CudaRegion::new(dev, ports).unwrap();
-                let cfg = Launch {
-                    grid: (grid, 1, 1),
-                    block: (block, 1, 1),
-                    server_threads: servers,
-                    ..Launch::default()
-                };
-                let r = match launch_with_region(
-                    &region,
-                    &incr,
-                    &cfg,
-                    &d,
-                    &[KernelArg::U32(iters), KernelArg::Ptr(out.device_ptr())],
-                ) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        println!("| {grid} × {block} | | {ports} | {servers} | launch refused: {e} | | |");
-                        continue;
-                    }
-                };
                 let warps = grid as u64 * block as u64 / 32;
-                assert_eq!(r.calls, warps * iters as u64);
-                let s = kernel_secs(&r);
-                let wc = r.calls as f64 / s;
+                let mut rates = Vec::new();
+                for _ in 0..REPS {
+                    let out = PinnedBuffer::new(dev, threads * 8).unwrap();
+                    let counters = Arc::new(Counters::default());
+                    let d = bench_dispatcher(&counters);
+                    let region = CudaRegion::new(dev, ports).unwrap();
+                    let cfg = Launch {
+                        grid: (grid, 1, 1),
+                        block: (block, 1, 1),
+                        server_threads: servers,
+                        ..Launch::default()
+                    };
+                    let r = match launch_with_region(
+                        &region,
+                        &incr,
+                        &cfg,
+                        &d,
+                        &[KernelArg::U32(iters), KernelArg::Ptr(out.device_ptr())],
+                    ) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            println!("| {grid} × {block} | | {ports} | {servers} | launch refused: {e} | | |");
+                            continue 'row;
+                        }
+                    };
+                    assert_eq!(r.calls, warps * iters as u64);
+                    rates.push(r.calls as f64 / kernel_secs(&r));
+                }
+                let (wc, lo, hi) = spread(&mut rates);
                 println!(
-                    "| {grid} × {block} | {warps} | {ports} | {servers} | {:.3} | {:.1} | {:.1} |",
+                    "| {grid} × {block} | {warps} | {ports} | {servers} | {:.3} [{:.3}, {:.3}] | {:.1} | {:.1} |",
                     wc / 1e6,
+                    lo / 1e6,
+                    hi / 1e6,
                     wc * 32.0 / 1e6,
                     wc / one_warp
                 );
