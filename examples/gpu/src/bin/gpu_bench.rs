@@ -29,6 +29,7 @@
 //!
 //! ```text
 //! gpu_bench all                        # 1-3, 6 and 8 (`print` runs on its own)
+//! gpu_bench contention [CALLS]        # 2 alone, CALLS per thread (default 20)
 //! gpu_bench print-rpc OUT_FILE         # 4, gpu_rpc half
 //! gpu_bench print-cuda printf.ptx      # 4, CUDA printf half (stdout -> file)
 //! ```
@@ -41,7 +42,8 @@ use std::time::{Duration, Instant};
 use gpu_example_services::{BenchServer, HostServices, HostServicesServer};
 use gpu_examples::{kernels_ptx, Counters};
 use gpu_rpc::cuda::{
-    launch, launch_with_region, CudaDevice, CudaRegion, DeviceBuffer, Kernel, KernelArg, Launch, Module, PinnedBuffer,
+    launch, launch_with_region, CudaDevice, CudaRegion, DeviceBuffer, Kernel, KernelArg, Launch, MappedBuffer, Module,
+    PinnedBuffer,
 };
 use gpu_rpc::server::{Dispatcher, IdlePolicy, ServerConfig};
 
@@ -49,6 +51,43 @@ fn bench_dispatcher(counters: &Arc<Counters>) -> Dispatcher {
     let mut d = Dispatcher::new(ServerConfig::default());
     d.add(BenchServer(Arc::clone(counters))).unwrap();
     d
+}
+
+/// The host of the round-trip workloads (null and contention): `incr` is
+/// `x + 1` and nothing else. (`Counters`, which the checks use, also counts
+/// every lane-call in one shared atomic: a cost of the checking, not of
+/// gpu_rpc, and a cache line the server threads would fight over.) The
+/// results are checked instead, from what each thread wrote.
+struct Uncounted;
+
+impl gpu_example_services::Bench for Uncounted {
+    fn incr(&self, x: u64) -> u64 {
+        x + 1
+    }
+    fn sink(&self, data: &[u8]) -> u64 {
+        data.len() as u64
+    }
+    fn log(&self, _msg: &str) {}
+}
+
+fn round_trip_dispatcher() -> Dispatcher {
+    let mut d = Dispatcher::new(ServerConfig::default());
+    d.add(BenchServer(Uncounted)).unwrap();
+    d
+}
+
+/// Every thread of `threads` made `iters` round trips: `rpc_noop_kernel`
+/// ends with `gid + iters`, `rpc_incr_kernel` with `gid * 1e6 + iters`.
+fn check_round_trips(kernel: &Kernel<'_>, out: &PinnedBuffer, threads: usize, iters: u32) {
+    let start = |g: usize| match kernel.name() {
+        "rpc_incr_kernel" => g as u64 * 1_000_000,
+        _ => g as u64,
+    };
+    for g in 0..threads {
+        // SAFETY: the launch is over; `out` holds one u64 per thread.
+        let v = unsafe { out.read_u64(g) };
+        assert_eq!(v, start(g) + iters as u64, "thread {g} of {}", kernel.name());
+    }
 }
 
 fn kernel_secs(r: &gpu_rpc::cuda::Report) -> f64 {
@@ -95,8 +134,7 @@ fn pingpong(dev: &CudaDevice, module: &Module, iters: u32) -> f64 {
 /// Seconds per call of a counting kernel with `threads` threads in one block.
 fn per_call(dev: &CudaDevice, kernel: &Kernel<'_>, threads: u32, iters: u32) -> f64 {
     let out = PinnedBuffer::new(dev, threads as usize * 8).unwrap();
-    let counters = Arc::new(Counters::default());
-    let d = bench_dispatcher(&counters);
+    let d = round_trip_dispatcher();
     let region = CudaRegion::new(dev, 1).unwrap();
     let cfg = Launch {
         grid: (1, 1, 1),
@@ -112,6 +150,7 @@ fn per_call(dev: &CudaDevice, kernel: &Kernel<'_>, threads: u32, iters: u32) -> 
     )
     .unwrap();
     assert_eq!(r.errors, 0);
+    check_round_trips(kernel, &out, threads as usize, iters);
     kernel_secs(&r) / iters as f64
 }
 
@@ -159,11 +198,11 @@ fn null(dev: &CudaDevice, module: &Module) {
     );
 }
 
-fn contention(dev: &CudaDevice, module: &Module) {
+/// Workload 2 with `iters` calls per thread (20 in BENCHMARKS.md).
+fn contention(dev: &CudaDevice, module: &Module, iters: u32) {
     const REPS: usize = 3;
     let sms = dev.sm_count().unwrap();
     let incr = module.kernel("rpc_incr_kernel").unwrap();
-    let iters = 20;
     let one_warp = 1.0 / per_call(dev, &incr, 32, 2000);
     println!(
         "\n### 2. Throughput under contention (`Bench::incr`, {iters} calls per thread, {REPS} launches per row)\n"
@@ -189,8 +228,7 @@ fn contention(dev: &CudaDevice, module: &Module) {
                 let mut rates = Vec::new();
                 for _ in 0..REPS {
                     let out = PinnedBuffer::new(dev, threads * 8).unwrap();
-                    let counters = Arc::new(Counters::default());
-                    let d = bench_dispatcher(&counters);
+                    let d = round_trip_dispatcher();
                     let region = CudaRegion::new(dev, ports).unwrap();
                     let cfg = Launch {
                         grid: (grid, 1, 1),
@@ -212,6 +250,7 @@ fn contention(dev: &CudaDevice, module: &Module) {
                         }
                     };
                     assert_eq!(r.calls, warps * iters as u64);
+                    check_round_trips(&incr, &out, threads, iters);
                     rates.push(r.calls as f64 / kernel_secs(&r));
                 }
                 let (wc, lo, hi) = spread(&mut rates);
@@ -231,7 +270,6 @@ fn contention(dev: &CudaDevice, module: &Module) {
 fn bandwidth(dev: &CudaDevice, module: &Module) {
     use gpu_example_services::bulk::BulkServer;
     use gpu_examples::BulkHost;
-    use gpu_rpc::cuda::MappedBuffer;
     let kernel = module.kernel("rpc_bulk_kernel").unwrap();
     println!(
         "\n### 3. Bulk data (`Bench::sink(&[u8])` to the host, `Bulk::source(&mut [u8])` back; each lane its own \
@@ -495,14 +533,18 @@ fn main() {
     );
     match what {
         "null" => null(&dev, &module),
-        "contention" => contention(&dev, &module),
+        "contention" => contention(
+            &dev,
+            &module,
+            args.get(2).map_or(20, |n| n.parse().expect("calls per thread")),
+        ),
         "bandwidth" => bandwidth(&dev, &module),
         "tax" => tax(&dev, &module),
         "idle" => idle(&module),
         "print-rpc" => print_rpc(&module, args.get(2).map(String::as_str).unwrap_or("/tmp/print-rpc.txt")),
         "all" => {
             null(&dev, &module);
-            contention(&dev, &module);
+            contention(&dev, &module, 20);
             bandwidth(&dev, &module);
             tax(&dev, &module);
             idle(&module);
