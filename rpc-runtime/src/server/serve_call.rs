@@ -420,8 +420,7 @@ impl Dispatcher {
         for e in std::mem::take(&mut call.errors) {
             self.record(e);
         }
-        // Relaxed: a statistic.
-        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.calls.add(1);
         for lane in iter_lanes(lanes) {
             let l = lane as usize;
             record.lane(call.status[l]);
