@@ -3,15 +3,9 @@
 //! time per call. Kept with relaxed atomic counters (a few per call, no
 //! lock, no allocation), so they stay on; read them with
 //! [`Dispatcher::metrics`](crate::server::Dispatcher::metrics).
-//!
-//! Each counter set is split in [`SHARDS`] cache-line-aligned shards, and a
-//! server thread adds to its own (`shard()`): threads serving the same
-//! method then do not pass one cache line around on every call (with one
-//! shared set, that traffic bounded how well server threads scaled).
-//! Readers sum the shards.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::call::Status;
@@ -37,50 +31,9 @@ fn status_slot(s: Status) -> usize {
     STATUSES.iter().position(|&x| x == s).unwrap_or(STATUSES.len() - 1)
 }
 
-/// Shards of each counter set (threads beyond this many share them).
-const SHARDS: usize = 8;
-
-/// This thread's shard: threads are numbered as they first count, and
-/// take the shards in turn.
-fn shard() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        // Relaxed: only distinctness matters, not order.
-        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
-    }
-    SHARD.with(|s| *s)
-}
-
-/// `T` alone on its cache lines (two 64-byte lines: adjacent-line
-/// prefetchers pair them).
+/// The live counters of one method.
 #[derive(Debug, Default)]
-#[repr(align(128))]
-struct Padded<T>(T);
-
-/// A count kept in shards ([`Tally::add`] adds to this thread's shard,
-/// [`Tally::get`] sums them).
-#[derive(Debug, Default)]
-pub(crate) struct Tally([Padded<AtomicU64>; SHARDS]);
-
-impl Tally {
-    pub(crate) fn add(&self, n: u64) {
-        // Relaxed: a statistic.
-        self.0[shard()].0.fetch_add(n, Ordering::Relaxed);
-    }
-
-    pub(crate) fn get(&self) -> u64 {
-        // Relaxed: a statistic, read as a snapshot.
-        self.0.iter().map(|p| p.0.load(Ordering::Relaxed)).sum()
-    }
-}
-
-/// The live counters of one method, in shards.
-#[derive(Debug, Default)]
-pub(crate) struct Counters([Padded<Shard>; SHARDS]);
-
-/// One shard of a method's counters.
-#[derive(Debug, Default)]
-struct Shard {
+pub(crate) struct Counters {
     calls: AtomicU64,
     lanes: AtomicU64,
     by_status: [AtomicU64; STATUSES.len()],
@@ -108,45 +61,44 @@ impl CallRecord {
 
 impl Counters {
     pub(crate) fn add(&self, r: &CallRecord, took: Duration) {
-        let s = &self.0[shard()].0;
         // Relaxed throughout: statistics, read as a snapshot whose counters
         // need not agree with one another at any instant.
-        s.calls.fetch_add(1, Ordering::Relaxed);
+        self.calls.fetch_add(1, Ordering::Relaxed);
         let lanes: u32 = r.by_status.iter().sum();
-        s.lanes.fetch_add(lanes as u64, Ordering::Relaxed);
-        for (c, &n) in s.by_status.iter().zip(&r.by_status) {
+        self.lanes.fetch_add(lanes as u64, Ordering::Relaxed);
+        for (c, &n) in self.by_status.iter().zip(&r.by_status) {
             if n > 0 {
                 c.fetch_add(n as u64, Ordering::Relaxed);
             }
         }
-        s.bytes_in.fetch_add(r.bytes_in, Ordering::Relaxed);
-        s.bytes_out.fetch_add(r.bytes_out, Ordering::Relaxed);
+        self.bytes_in.fetch_add(r.bytes_in, Ordering::Relaxed);
+        self.bytes_out.fetch_add(r.bytes_out, Ordering::Relaxed);
         let micros = took.as_micros();
         let bucket = if micros == 0 {
             0
         } else {
             ((u128::BITS - micros.leading_zeros()) as usize).min(LATENCY_BUCKETS - 1)
         };
-        s.latency[bucket].fetch_add(1, Ordering::Relaxed);
+        self.latency[bucket].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn snapshot(&self, path: &'static str, opcode: u32) -> MethodMetrics {
-        // Relaxed: a statistic, summed over the shards.
-        let sum = |f: &dyn Fn(&Shard) -> &AtomicU64| self.0.iter().map(|p| f(&p.0).load(Ordering::Relaxed)).sum();
+        // Relaxed: a statistic.
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         MethodMetrics {
             path,
             opcode,
-            calls: sum(&|s| &s.calls),
-            lanes: sum(&|s| &s.lanes),
+            calls: get(&self.calls),
+            lanes: get(&self.lanes),
             by_status: STATUSES
                 .iter()
-                .enumerate()
-                .map(|(k, &st)| (st, sum(&|s| &s.by_status[k])))
+                .zip(&self.by_status)
+                .map(|(&s, c)| (s, get(c)))
                 .filter(|&(_, n)| n > 0)
                 .collect(),
-            bytes_in: sum(&|s| &s.bytes_in),
-            bytes_out: sum(&|s| &s.bytes_out),
-            latency: core::array::from_fn(|k| sum(&|s| &s.latency[k])),
+            bytes_in: get(&self.bytes_in),
+            bytes_out: get(&self.bytes_out),
+            latency: core::array::from_fn(|k| get(&self.latency[k])),
         }
     }
 }
@@ -269,42 +221,4 @@ impl fmt::Display for MethodMetrics {
 pub fn to_json_line(metrics: &[MethodMetrics]) -> String {
     let rows: Vec<String> = metrics.iter().map(MethodMetrics::to_json).collect();
     format!("{{\"methods\":[{}]}}", rows.join(","))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Threads count into their own shards; the sums are exact, and more
-    /// threads than shards share them without losing a count.
-    #[test]
-    fn shards_sum_to_every_count() {
-        let counters = Counters::default();
-        let tally = Tally::default();
-        let mut record = CallRecord::default();
-        record.lane(Status::Ok);
-        record.lane(Status::Ok);
-        record.lane(Status::TooLarge);
-        record.bytes_in = 5;
-        std::thread::scope(|s| {
-            for _ in 0..2 * SHARDS + 1 {
-                s.spawn(|| {
-                    for _ in 0..1000 {
-                        counters.add(&record, Duration::from_micros(3));
-                        tally.add(2);
-                    }
-                });
-            }
-        });
-        let calls = (2 * SHARDS as u64 + 1) * 1000;
-        let m = counters.snapshot("t::m", 7);
-        assert_eq!(
-            (m.calls, m.lanes, m.bytes_in, m.bytes_out),
-            (calls, 3 * calls, 5 * calls, 0)
-        );
-        assert_eq!(m.by_status, [(Status::Ok, 2 * calls), (Status::TooLarge, calls)]);
-        assert_eq!(m.latency.iter().sum::<u64>(), calls);
-        assert_eq!(m.latency[2], calls, "3 µs is under 2^2 µs");
-        assert_eq!(tally.get(), 2 * calls);
-    }
 }

@@ -14,7 +14,7 @@ pub struct Dispatcher {
     pub(super) config: ServerConfig,
     pub(super) errors: Mutex<VecDeque<ServerError>>,
     pub(super) error_count: AtomicU64,
-    pub(super) calls: Tally,
+    pub(super) calls: AtomicU64,
     /// Metrics of calls to opcodes nobody serves.
     pub(super) unknown: Counters,
 }
@@ -56,7 +56,7 @@ impl Dispatcher {
             config,
             errors: Mutex::new(VecDeque::new()),
             error_count: AtomicU64::new(0),
-            calls: Tally::default(),
+            calls: AtomicU64::new(0),
             unknown: Counters::default(),
         }
     }
@@ -133,7 +133,8 @@ impl Dispatcher {
 
     /// Calls served so far (each warp-call counts once).
     pub fn calls(&self) -> u64 {
-        self.calls.get()
+        // Relaxed: a statistic.
+        self.calls.load(Ordering::Relaxed)
     }
 
     /// The most recent errors (up to `keep_errors`), oldest first.
