@@ -12,7 +12,7 @@
 //! replace std's `#[panic_handler]`), so this example installs a std *panic
 //! hook* that does what the GPU handler does, through the same
 //! [`services::report_panic`]; the CPU backend then catches the unwind and
-//! `run` returns a `LanePanic`, where a GPU launch would fail with a trap.
+//! `cpu::launch` returns a `LanePanic`, where a GPU launch would fail with a trap.
 //!
 //! The host prints each report as it arrives (to its stderr sink), e.g.
 //!

@@ -935,7 +935,8 @@ fn kernel_dying_mid_call_does_not_hang_the_server() {
 }
 
 /// A kernel thread that returns while holding a port (its call half sent):
-/// `run` returns an error naming the abandoned port and opcode.
+/// `cpu::launch_with_region` returns an error naming the abandoned port and
+/// opcode.
 #[test]
 fn kernel_returning_mid_call_is_reported_as_abandoned() {
     let (d, _) = dispatcher();

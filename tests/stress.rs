@@ -37,7 +37,7 @@ struct Host {
     exits: Mutex<Vec<u32>>,
 }
 
-// Relaxed everywhere: counters read after `run` joined every thread.
+// Relaxed everywhere: counters read after `cpu::launch_with_region` joined every thread.
 impl Stress for Arc<Host> {
     fn add(&self, a: u64, b: u64) -> u64 {
         self.adds.fetch_add(1, Ordering::Relaxed);

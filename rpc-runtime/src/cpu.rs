@@ -269,25 +269,25 @@ where
     .expect("one job")
 }
 
-/// One run of [`launch_many`], a simulated device: its region, its client
+/// One job of [`launch_many`] (a simulated device): its region, its client
 /// threads and the dispatcher that serves it (give each job its own
 /// dispatcher to keep its calls, errors and services apart). The CUDA and
 /// HSA backends' `Job`s are the same idea with a kernel image and a grid.
 pub struct Job<'r> {
-    /// The device's shared region.
+    /// The job's shared region.
     pub region: &'r CpuRegion,
-    /// Client threads (one-lane warps) running the kernel on this device.
+    /// Client threads (one-lane warps) running the kernel in this job.
     pub threads: usize,
-    /// Serves this device's calls and keeps its error log.
+    /// Serves this job's calls and keeps its error log.
     pub dispatcher: &'r Dispatcher,
 }
 
-/// Run `kernel(device, client, thread)` on several simulated devices at once,
-/// all served by one pool of `server_threads` host threads (as one host
-/// process serves several GPUs). Each device ends on its own: a device whose
-/// client panics or abandons a call reports that error, the others keep being
-/// served. Returns one result per device, in order; `elapsed` is the whole
-/// run's.
+/// Run `kernel(job, client, thread)` (`job`: the index in `jobs`) for
+/// several jobs at once, all served by one pool of `server_threads` host
+/// threads (as one host process serves several GPUs). Each job ends on its
+/// own: a job whose client panics or abandons a call reports that error,
+/// the others keep being served. Returns one result per job, in order;
+/// `elapsed` is the whole run's.
 ///
 /// ```
 /// # use rpc_runtime as gpu_rpc;
@@ -297,8 +297,8 @@ pub struct Job<'r> {
 /// let regions = [CpuRegion::new(Layout::new(4, 1).unwrap()), CpuRegion::new(Layout::new(2, 32).unwrap())];
 /// let ds = [Dispatcher::new(ServerConfig::default()), Dispatcher::new(ServerConfig::default())];
 /// let jobs: Vec<Job> = regions.iter().zip(&ds).map(|(region, dispatcher)| Job { region, threads: 3, dispatcher }).collect();
-/// let results = launch_many(&jobs, 2, |dev, client, _t| {
-///     assert_eq!(client.noop(dev as u64).unwrap(), dev as u64 + 1);
+/// let results = launch_many(&jobs, 2, |job, client, _t| {
+///     assert_eq!(client.noop(job as u64).unwrap(), job as u64 + 1);
 /// });
 /// assert!(results.iter().all(|r| r.as_ref().unwrap().calls == 3));
 /// ```
@@ -311,19 +311,19 @@ where
     // Spin between polls only when every thread can have a core; on an
     // oversubscribed machine a spinning server steals the clients' time.
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let threads: usize = jobs.iter().map(|d| d.threads).sum();
+    let threads: usize = jobs.iter().map(|j| j.threads).sum();
     let yielding = threads + server_threads as usize > cores;
     let kernel = &kernel;
     let host_jobs = jobs
         .iter()
         .zip(&halted)
         .enumerate()
-        .map(|(dev, (d, halted))| HostJob {
+        .map(|(i, (job, halted))| HostJob {
             // The lanes are this process's threads: large slices go direct.
-            server: d.region.server().with_memory(&ProcessMemory),
-            dispatcher: d.dispatcher,
-            run: at_rest(d.region).map(|()| {
-                Box::new(move || run_lanes(dev, d, kernel, halted).map(|()| None)) as RunKernel<'_, LanePanic>
+            server: job.region.server().with_memory(&ProcessMemory),
+            dispatcher: job.dispatcher,
+            run: at_rest(job.region).map(|()| {
+                Box::new(move || run_lanes(i, job, kernel, halted).map(|()| None)) as RunKernel<'_, LanePanic>
             }),
         })
         .collect();
@@ -364,22 +364,22 @@ fn at_rest(region: &CpuRegion) -> Result<(), LanePanic> {
     )))
 }
 
-/// Run device `dev`'s client lanes, one host thread each, until all are
+/// Run job `i`'s client lanes, one host thread each, until all are
 /// over; the first lane's panic (or a lane the OS would not start) is the
-/// device's error. A lane that halted (`-> !` methods) ended normally.
-fn run_lanes<F>(dev: usize, d: &Job<'_>, kernel: &F, halted: &AtomicUsize) -> Result<(), LanePanic>
+/// job's error. A lane that halted (`-> !` methods) ended normally.
+fn run_lanes<F>(i: usize, job: &Job<'_>, kernel: &F, halted: &AtomicUsize) -> Result<(), LanePanic>
 where
     F: Fn(usize, &Client<'_>, ThreadIdx) + Sync,
 {
     std::thread::scope(|s| {
-        let handles: Vec<_> = (0..d.threads)
+        let handles: Vec<_> = (0..job.threads)
             .map(|id| {
-                let (count, region) = (d.threads, d.region);
-                crate::spawn::scoped(s, format!("gpu_rpc client {dev}.{id}"), move || {
+                let (count, region) = (job.threads, job.region);
+                crate::spawn::scoped(s, format!("gpu_rpc client {i}.{id}"), move || {
                     // Its server copies with `ProcessMemory` (Linux only).
                     crate::call::set_direct(cfg!(target_os = "linux"));
                     let client = region.client();
-                    match catch_unwind(AssertUnwindSafe(|| kernel(dev, &client, ThreadIdx { id, count }))) {
+                    match catch_unwind(AssertUnwindSafe(|| kernel(i, &client, ThreadIdx { id, count }))) {
                         Ok(()) => Ok(()),
                         Err(p) if p.is::<Halt>() => {
                             // Relaxed: a statistic read after join.
@@ -398,7 +398,7 @@ where
         for (id, c) in handles.into_iter().enumerate() {
             let outcome = match c {
                 Ok(handle) => handle.join().expect("client thread"),
-                // The other threads still run; the device's run fails.
+                // The other threads still run; the job's run fails.
                 Err(e) => Err(LanePanic::whole_run(format!(
                     "client thread {id} could not be started: {e}"
                 ))),
@@ -484,7 +484,7 @@ mod tests {
     #[test]
     fn a_client_thread_that_cannot_start_fails_the_run_and_the_others_finish() {
         let d = Dispatcher::new(ServerConfig::default());
-        // Both server threads, the thread that runs the device's lanes and
+        // Both server threads, the thread that runs the job's lanes and
         // client 0 start; client 1 does not.
         crate::spawn::failures::plan(4, 1);
         let finished = AtomicUsize::new(0);

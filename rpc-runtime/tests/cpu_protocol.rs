@@ -106,8 +106,8 @@ fn raw_send_n_recv_n_roundtrip() {
     assert!(region.is_quiescent());
 }
 
-/// One pool of server threads serves several simulated devices at once; a
-/// device whose kernel fails reports its own error and the others finish
+/// One pool of server threads serves several jobs (simulated devices) at
+/// once; a job whose kernel fails reports its own error and the others finish
 /// with exact counts (the CPU design of serving several GPUs).
 #[test]
 fn one_server_pool_serves_several_devices_and_keeps_errors_apart() {

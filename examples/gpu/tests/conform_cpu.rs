@@ -45,7 +45,7 @@ fn run_seed(seed: u64, threads: usize, ports: u32, server_threads: usize) -> (Ve
             let conform = ConformClient::new(client);
             run_lane(&conform, seed, t.id as u32, STEPS, |r| {
                 for (i, w) in r.to_words().into_iter().enumerate() {
-                    // Relaxed: read after `run` has joined every client thread.
+                    // Relaxed: read after `cpu::launch` has joined every client thread.
                     results[t.id * RESULT_WORDS + i].store(w, Ordering::Relaxed);
                 }
             });
