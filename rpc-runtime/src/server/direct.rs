@@ -332,23 +332,17 @@ impl Dispatcher {
         let mut failed: Vec<(usize, String)> = Vec::new();
         let outs = &*call.outs.get_mut();
         // Each out-buffer as the host method stored it: in the loan, else in
-        // the call's buffers.
-        let stored: Vec<(u64, &[u8])> = wanted
-            .iter()
-            .map(|&(lane, j)| {
-                let at = address(addrs, lane, n_in + j);
-                if let Some(b) = call.loan.as_ref().and_then(|loan| loan.stored_out(lane, n_in + j)) {
-                    return (at, b);
-                }
-                (at, outs[lane as usize].get(j).map(Vec::as_slice).unwrap_or_default())
-            })
-            .collect();
-        // One the host method did not store whole (a hand-written dispatch)
-        // fails its lane and is not copied, rather than leave device bytes
-        // unwritten under `Ok`.
-        let mut copies = Vec::with_capacity(stored.len());
-        let mut which = Vec::with_capacity(stored.len());
-        for (k, (&(lane, j), &(at, data))) in wanted.iter().zip(&stored).enumerate() {
+        // the call's buffers. One it did not store whole (a hand-written
+        // dispatch) fails its lane and is not copied, rather than leave
+        // device bytes unwritten under `Ok`.
+        let mut copies = Vec::with_capacity(wanted.len());
+        let mut which = Vec::with_capacity(wanted.len());
+        for (k, &(lane, j)) in wanted.iter().enumerate() {
+            let at = address(addrs, lane, n_in + j);
+            let data = match call.loan.as_ref().and_then(|loan| loan.stored_out(lane, n_in + j)) {
+                Some(b) => b,
+                None => outs[lane as usize].get(j).map(Vec::as_slice).unwrap_or_default(),
+            };
             let want = slice_bytes(&call.blocks[lane as usize], n_in, desc.out_elem_sizes, n_in + j);
             if data.len() == want {
                 copies.push((at, data));
