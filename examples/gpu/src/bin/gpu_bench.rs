@@ -76,17 +76,23 @@ fn round_trip_dispatcher() -> Dispatcher {
     d
 }
 
-/// Every thread of `threads` made `iters` round trips: `rpc_noop_kernel`
-/// ends with `gid + iters`, `rpc_incr_kernel` with `gid * 1e6 + iters`.
-fn check_round_trips(kernel: &Kernel<'_>, out: &PinnedBuffer, threads: usize, iters: u32) {
-    let start = |g: usize| match kernel.name() {
-        "rpc_incr_kernel" => g as u64 * 1_000_000,
-        _ => g as u64,
-    };
+/// Where thread `gid` of `rpc_noop_kernel` starts counting.
+fn noop_start(gid: u64) -> u64 {
+    gid
+}
+
+/// Where thread `gid` of `rpc_incr_kernel` starts counting.
+fn incr_start(gid: u64) -> u64 {
+    gid * 1_000_000
+}
+
+/// Every thread of `threads` made `iters` round trips from where `start`
+/// says it began: its result is `start(gid) + iters`.
+fn check_round_trips(kernel: &Kernel<'_>, start: fn(u64) -> u64, out: &PinnedBuffer, threads: usize, iters: u32) {
     for g in 0..threads {
         // SAFETY: the launch is over; `out` holds one u64 per thread.
         let v = unsafe { out.read_u64(g) };
-        assert_eq!(v, start(g) + iters as u64, "thread {g} of {}", kernel.name());
+        assert_eq!(v, start(g as u64) + iters as u64, "thread {g} of {}", kernel.name());
     }
 }
 
@@ -132,7 +138,8 @@ fn pingpong(dev: &CudaDevice, module: &Module, iters: u32) -> f64 {
 }
 
 /// Seconds per call of a counting kernel with `threads` threads in one block.
-fn per_call(dev: &CudaDevice, kernel: &Kernel<'_>, threads: u32, iters: u32) -> f64 {
+/// Seconds per round trip of `kernel` (whose threads start at `start`).
+fn per_call(dev: &CudaDevice, kernel: &Kernel<'_>, start: fn(u64) -> u64, threads: u32, iters: u32) -> f64 {
     let out = PinnedBuffer::new(dev, threads as usize * 8).unwrap();
     let d = round_trip_dispatcher();
     let region = CudaRegion::new(dev, 1).unwrap();
@@ -150,7 +157,7 @@ fn per_call(dev: &CudaDevice, kernel: &Kernel<'_>, threads: u32, iters: u32) -> 
     )
     .unwrap();
     assert_eq!(r.errors, 0);
-    check_round_trips(kernel, &out, threads as usize, iters);
+    check_round_trips(kernel, start, &out, threads as usize, iters);
     kernel_secs(&r) / iters as f64
 }
 
@@ -160,17 +167,17 @@ fn null(dev: &CudaDevice, module: &Module) {
     let noop = module.kernel("rpc_noop_kernel").unwrap();
     let incr = module.kernel("rpc_incr_kernel").unwrap();
     // Warm up the module, the driver and the page tables.
-    per_call(dev, &noop, 1, 100);
+    per_call(dev, &noop, noop_start, 1, 100);
     pingpong(dev, module, 1000);
     // The workloads alternate within each repetition, so a slow moment of
     // the machine falls on all of them alike.
     let mut runs: [Vec<f64>; 5] = Default::default();
     for _ in 0..REPS {
         runs[0].push(pingpong(dev, module, iters));
-        runs[1].push(per_call(dev, &noop, 1, iters));
-        runs[2].push(per_call(dev, &incr, 1, iters));
-        runs[3].push(per_call(dev, &noop, 32, iters / 4));
-        runs[4].push(per_call(dev, &incr, 32, iters / 4));
+        runs[1].push(per_call(dev, &noop, noop_start, 1, iters));
+        runs[2].push(per_call(dev, &incr, incr_start, 1, iters));
+        runs[3].push(per_call(dev, &noop, noop_start, 32, iters / 4));
+        runs[4].push(per_call(dev, &incr, incr_start, 32, iters / 4));
     }
     let [floor, one, one_incr, warp, warp_incr] = runs.map(|mut v| spread(&mut v));
     println!("\n### 1. Null round trip (one port, one host server thread, {iters} calls, {REPS} launches each)\n");
@@ -203,7 +210,7 @@ fn contention(dev: &CudaDevice, module: &Module, iters: u32) {
     const REPS: usize = 3;
     let sms = dev.sm_count().unwrap();
     let incr = module.kernel("rpc_incr_kernel").unwrap();
-    let one_warp = 1.0 / per_call(dev, &incr, 32, 2000);
+    let one_warp = 1.0 / per_call(dev, &incr, incr_start, 32, 2000);
     println!(
         "\n### 2. Throughput under contention (`Bench::incr`, {iters} calls per thread, {REPS} launches per row)\n"
     );
@@ -250,7 +257,7 @@ fn contention(dev: &CudaDevice, module: &Module, iters: u32) {
                         }
                     };
                     assert_eq!(r.calls, warps * iters as u64);
-                    check_round_trips(&incr, &out, threads, iters);
+                    check_round_trips(&incr, incr_start, &out, threads, iters);
                     rates.push(r.calls as f64 / kernel_secs(&r));
                 }
                 let (wc, lo, hi) = spread(&mut rates);
