@@ -772,6 +772,30 @@ impl<'a, S: Side> Process<'a, S> {
         }
     }
 
+    /// Word `w` of lane `lane`'s buffer of port `index` (this side owns it).
+    #[inline(always)]
+    fn read_word(&self, index: u32, lane: u32, w: usize) -> u64 {
+        // Relaxed: the acquire fence after the ownership check orders this
+        // load after the other side's stores.
+        #[cfg(not(loom))]
+        return self.word(index, lane, w).load(Ordering::Relaxed);
+        // SAFETY: this side owns the buffer (loom checks that claim).
+        #[cfg(loom)]
+        return self.lane_buffer(index, lane).data.with(|p| unsafe { (*p)[w] });
+    }
+
+    /// Store `v` as word `w` of lane `lane`'s buffer of port `index` (this
+    /// side owns it).
+    #[inline(always)]
+    fn write_word(&self, index: u32, lane: u32, w: usize, v: u64) {
+        // Relaxed: the release fence in `invert_outbox` publishes this store.
+        #[cfg(not(loom))]
+        self.word(index, lane, w).store(v, Ordering::Relaxed);
+        // SAFETY: this side owns the buffer (loom checks that claim).
+        #[cfg(loom)]
+        self.lane_buffer(index, lane).data.with_mut(|p| unsafe { (*p)[w] = v });
+    }
+
     #[inline(always)]
     fn write_buffer(&self, index: u32, lane: u32, b: &Buffer, words: usize) {
         #[cfg(not(loom))]
@@ -1277,13 +1301,21 @@ impl<'p, 'a, S: Side, St: State> Port<'p, 'a, S, St> {
     /// the first `words` words of each lane's buffer.
     #[inline(always)]
     fn recv_impl(&mut self, words: usize, mut use_: impl FnMut(u32, &Buffer)) -> Result<(), Abandoned> {
+        self.take_next()?;
+        self.for_each_lane(|p, index, lane| use_(lane, &p.read_buffer(index, lane, words)));
+        Ok(())
+    }
+
+    /// The first half of a receive: hand the buffer back after a receive,
+    /// then wait until the next packet is this side's.
+    #[inline(always)]
+    fn take_next(&mut self) -> Result<(), Abandoned> {
         if St::RECEIVED {
             self.out = self.p.invert_outbox(self.lane_mask, self.index, self.out);
         }
         if St::RECEIVED || !St::OWNS {
             self.wait()?;
         }
-        self.for_each_lane(|p, index, lane| use_(lane, &p.read_buffer(index, lane, words)));
         Ok(())
     }
 
@@ -1612,6 +1644,41 @@ impl<'p, 'a, St: ServerCanRecv> Port<'p, 'a, ServerSide, St> {
 #[cfg(feature = "std")]
 pub type LaneBytes = std::vec::Vec<Option<std::vec::Vec<u8>>>;
 
+impl<'p, 'a, St: State> Port<'p, 'a, ServerSide, St> {
+    /// `use_(lane, w, value)` for each word `w` in `words` of each active
+    /// lane's buffer, in the packet area's own order: word by word, the
+    /// lanes in order within each word (the server's hot path reads and
+    /// writes single words; no `Buffer` is built per lane).
+    #[inline(always)]
+    fn each_word(&self, words: core::ops::Range<usize>, mut use_: impl FnMut(u32, usize)) {
+        for w in words.start..words.end.min(BUFFER_WORDS) {
+            let mut m = self.lanes();
+            while m != 0 {
+                let lane = m.trailing_zeros();
+                m &= m - 1;
+                use_(lane, w);
+            }
+        }
+    }
+}
+
+impl<'p, 'a, St: ServerCanRecv> Port<'p, 'a, ServerSide, St> {
+    /// [`recv`](Self::recv) word by word: `use_(lane, w, value)` for the
+    /// words `words` of each lane's buffer, word by word and the lanes in
+    /// order within each word.
+    #[inline]
+    pub fn recv_each_word(
+        mut self,
+        words: core::ops::Range<usize>,
+        mut use_: impl FnMut(u32, usize, u64),
+    ) -> Result<Port<'p, 'a, ServerSide, Received>, Abandoned> {
+        self.take_next()?;
+        self.each_word(words, |lane, w| use_(lane, w, self.p.read_word(self.index, lane, w)));
+        let out = self.out;
+        Ok(self.into_state(out))
+    }
+}
+
 impl<'p, 'a> Port<'p, 'a, ServerSide, Received> {
     /// Read the first `words` words of the packet just received again (this
     /// side still owns it; nothing crosses): lets the server read the frame
@@ -1619,6 +1686,13 @@ impl<'p, 'a> Port<'p, 'a, ServerSide, Received> {
     pub fn reread(&self, words: usize, mut use_: impl FnMut(u32, &Buffer)) {
         let words = words.min(BUFFER_WORDS);
         self.for_each_lane(|p, index, lane| use_(lane, &p.read_buffer(index, lane, words)));
+    }
+
+    /// [`reread`](Self::reread) word by word: `use_(lane, w, value)` for the
+    /// words `words` of each lane's buffer, as [`recv_each_word`](Self::recv_each_word).
+    #[inline]
+    pub fn reread_each_word(&self, words: core::ops::Range<usize>, mut use_: impl FnMut(u32, usize, u64)) {
+        self.each_word(words, |lane, w| use_(lane, w, self.p.read_word(self.index, lane, w)));
     }
 
     /// Receive further packets (the same count for every lane; the server
@@ -1650,6 +1724,27 @@ impl<'p, 'a, St: ServerCanSend> Port<'p, 'a, ServerSide, St> {
         mut fill: impl FnMut(u32, &mut Buffer),
     ) -> Result<Port<'p, 'a, ServerSide, Sent>, Abandoned> {
         self.send_impl(words.min(BUFFER_WORDS), &mut fill)?;
+        let out = self.out;
+        Ok(self.into_state(out))
+    }
+
+    /// [`send_words`](Self::send_words) word by word: word `w` of each
+    /// lane's buffer, for `w < words`, becomes `value(lane, w)` (asked for
+    /// word by word, the lanes in order within each word); the rest of the
+    /// buffer is left as it is.
+    #[inline]
+    pub fn send_each_word(
+        mut self,
+        words: usize,
+        mut value: impl FnMut(u32, usize) -> u64,
+    ) -> Result<Port<'p, 'a, ServerSide, Sent>, Abandoned> {
+        if !St::OWNS {
+            self.wait()?;
+        }
+        self.each_word(0..words, |lane, w| {
+            self.p.write_word(self.index, lane, w, value(lane, w))
+        });
+        self.out = self.p.invert_outbox(self.lane_mask, self.index, self.out);
         let out = self.out;
         Ok(self.into_state(out))
     }

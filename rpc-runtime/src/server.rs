@@ -15,7 +15,9 @@
 //! This file holds the configuration, the errors and the [`Service`] trait;
 //! `dispatcher.rs` the routing and error log, `serve_call.rs` the server's
 //! half of the call frame, `direct.rs` its copies of slices that go by
-//! address, `server_call.rs` the call as generated dispatch code sees it, `pool.rs` the loop of a server thread, `idle.rs` how that
+//! address, `server_call.rs` the call as generated dispatch code sees it,
+//! `lane_records.rs` the flat per-lane storage of its argument blocks and
+//! return values, `pool.rs` the loop of a server thread, `idle.rs` how that
 //! loop waits when nothing is pending.
 //!
 //! ```
@@ -54,8 +56,8 @@ pub struct ServerConfig {
     /// and the out-buffers' encoded copies).
     pub max_call_bytes: u64,
     /// Keep per-method metrics ([`Dispatcher::metrics`]; default true: a
-    /// clock read and a few relaxed atomic adds per warp-call, measured in
-    /// the CPU bench).
+    /// clock read or two and a few relaxed atomic adds per warp-call,
+    /// measured in the CPU bench).
     pub metrics: bool,
     /// Print each [`ServerError`] to stderr as it happens (default true).
     pub log_errors: bool,
@@ -176,6 +178,7 @@ pub enum AddError {
 mod direct;
 mod dispatcher;
 mod idle;
+mod lane_records;
 mod pool;
 mod serve_call;
 mod server_call;

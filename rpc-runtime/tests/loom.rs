@@ -72,7 +72,9 @@ fn builder() -> loom::model::Builder {
 }
 
 /// Serve `calls` calls: each call's single word is answered with word + 1
-/// when `reply`, else only checked.
+/// when `reply`, else only checked. Calls alternate between the two ways a
+/// server moves packets: whole buffers (`recv`/`send`) and single words
+/// (`recv_each_word`/`send_each_word`, the dispatcher's).
 fn serve(mem: &Mem, calls: usize, reply: bool) -> Vec<u64> {
     let server = mem.server();
     let mut seen = Vec::new();
@@ -82,12 +84,17 @@ fn serve(mem: &Mem, calls: usize, reply: bool) -> Vec<u64> {
             continue;
         };
         let mut v = 0;
-        let port = port.recv(|_, b| v = b.data[0]).unwrap();
-        seen.push(v);
-        if reply {
-            port.send(|_, b| b.data[0] = v + 1).unwrap().close();
+        let by_word = seen.len() % 2 == 1;
+        let port = if by_word {
+            port.recv_each_word(0..1, |_, _, w| v = w).unwrap()
         } else {
-            port.close();
+            port.recv(|_, b| v = b.data[0]).unwrap()
+        };
+        seen.push(v);
+        match (reply, by_word) {
+            (true, true) => port.send_each_word(1, |_, _| v + 1).unwrap().close(),
+            (true, false) => port.send(|_, b| b.data[0] = v + 1).unwrap().close(),
+            (false, _) => port.close(),
         }
     }
     seen

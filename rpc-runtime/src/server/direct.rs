@@ -10,6 +10,7 @@
 //! transfer each way and no host copy. Otherwise inputs land in the
 //! thread's scratch buffers and out-buffers leave from the call's.
 
+use super::lane_records::LaneRecords;
 use super::serve_call::{direct_of, lens_of};
 use super::*;
 use crate::device_memory::Lent;
@@ -175,7 +176,7 @@ impl Dispatcher {
         ok: u64,
         n_in: usize,
         out_sizes: &[u32],
-        blocks: &[Vec<u8>],
+        blocks: &LaneRecords,
         addrs: &Addresses,
         memory: Option<&'m dyn DeviceMemory>,
         streams: &mut [Vec<Vec<u8>>],
@@ -184,7 +185,7 @@ impl Dispatcher {
         let mut wanted: Vec<(u32, usize)> = Vec::new();
         let mut outs: Vec<(u32, usize)> = Vec::new();
         for lane in iter_lanes(ok) {
-            let block = &blocks[lane as usize];
+            let block = blocks.get(lane);
             wanted.extend((0..n_in).filter(|&i| direct_of(block, i)).map(|i| (lane, i)));
             outs.extend(
                 (0..out_sizes.len())
@@ -215,7 +216,7 @@ impl Dispatcher {
             }
             return None;
         };
-        let len_of = |lane: u32, index: usize| slice_bytes(&blocks[lane as usize], n_in, out_sizes, index);
+        let len_of = |lane: u32, index: usize| slice_bytes(blocks.get(lane), n_in, out_sizes, index);
         // Every direct slice of the call in one loan, packed in lane order
         // (inputs are read as bytes: no alignment needed), so a warp's
         // adjacent slices are adjacent in the loan too and move in one
@@ -298,7 +299,7 @@ impl Dispatcher {
             if let Some(&(lane, i)) = wanted.get(k).filter(|&&(lane, _)| refused & 1 << lane == 0) {
                 refused |= 1 << lane;
                 let at = address(addrs, lane, i);
-                let len = lens_of(&blocks[lane as usize], i);
+                let len = lens_of(blocks.get(lane), i);
                 let message = format!("streamed argument {i}: the direct copy of {len} bytes from {at:#x} failed: {e}");
                 refuse(lane, Status::InvalidArgument, i as u32, message);
             }
@@ -321,7 +322,7 @@ impl Dispatcher {
     ) {
         let n_in = call.n_in;
         let mut wanted: Vec<(u32, usize)> = Vec::new();
-        for lane in iter_lanes(call.ok_mask()) {
+        for lane in iter_lanes(call.ok) {
             for j in (0..desc.out_elem_sizes.len()).filter(|&j| call.out_direct(lane, j)) {
                 wanted.push((lane, j));
             }
@@ -330,7 +331,8 @@ impl Dispatcher {
             return;
         }
         let mut failed: Vec<(usize, String)> = Vec::new();
-        let outs = &*call.outs.get_mut();
+        // The host method is done: nothing borrows the out-buffers now.
+        let outs = call.outs.borrow();
         // Each out-buffer as the host method stored it: in the loan, else in
         // the call's buffers. One it did not store whole (a hand-written
         // dispatch) fails its lane and is not copied, rather than leave
@@ -343,7 +345,7 @@ impl Dispatcher {
                 Some(b) => b,
                 None => outs[lane as usize].get(j).map(Vec::as_slice).unwrap_or_default(),
             };
-            let want = slice_bytes(&call.blocks[lane as usize], n_in, desc.out_elem_sizes, n_in + j);
+            let want = slice_bytes(call.blocks.get(lane), n_in, desc.out_elem_sizes, n_in + j);
             if data.len() == want {
                 copies.push((at, data));
                 which.push(k);

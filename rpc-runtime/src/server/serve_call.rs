@@ -3,7 +3,10 @@
 //! statuses, return values and out-buffers; and the per-thread scratch
 //! buffers that keep this allocation-free in the steady state.
 
+use std::cell::RefCell;
+
 use super::direct::set_address;
+use super::lane_records::LaneRecords;
 use super::server_call::panic_message;
 use super::*;
 
@@ -14,7 +17,18 @@ impl Dispatcher {
         memory: Option<&dyn DeviceMemory>,
         method: Option<(usize, usize, &'static MethodInfo)>,
         record: &mut CallRecord,
+        scratch: &mut Scratch,
     ) -> Result<(), Abandoned> {
+        let Scratch {
+            blocks,
+            streams,
+            rets,
+            outs,
+            addrs,
+            status,
+            detail,
+            streamed: used_streams,
+        } = scratch;
         let index = port.index();
         let opcode = port.opcode();
         let raw_mask = port.peer_mask();
@@ -26,7 +40,7 @@ impl Dispatcher {
         let mut words = [0u64; MAX_LANES as usize];
         // The frame word first; the rest of packet 0 is read once the frame
         // is known to be good, straight into the argument blocks.
-        let port = port.recv_words(1, |lane, b| words[lane as usize] = b.data[0])?;
+        let port = port.recv_each_word(0..1, |lane, _, v| words[lane as usize] = v)?;
 
         let first_lane = lanes.trailing_zeros();
         let word = if lanes == 0 { 0 } else { words[first_lane as usize] };
@@ -134,8 +148,8 @@ impl Dispatcher {
         // lane, so the packet counts it announces are what the client sends:
         // they are consumed whatever happens, which keeps both sides in step.
         let accepted = call_status.is_none();
-        let mut status = [Status::Ok; MAX_LANES as usize];
-        let mut detail = [0u32; MAX_LANES as usize];
+        status.fill(Status::Ok);
+        detail.fill(0);
         if let Some((s, message)) = call_status {
             for lane in iter_lanes(lanes) {
                 status[lane as usize] = s;
@@ -154,29 +168,16 @@ impl Dispatcher {
         } else {
             call::lengths_bytes(n_in, n_out)
         };
-        let Scratch {
-            mut blocks,
-            mut streams,
-            rets,
-            outs,
-            mut addrs,
-        } = Scratch::take();
-        for lane in iter_lanes(lanes) {
-            let blk = &mut blocks[lane as usize];
-            blk.clear();
-            blk.resize(keep, 0);
-        }
+        blocks.reset(keep, lanes);
         // Only as much of packet 0 as the frame announces (never more than
         // the packet).
         let packet0_words = 1 + block_len.min(call::FIRST_PAYLOAD).div_ceil(8);
-        port.reread(packet0_words, |lane, b| {
-            call::read_block(0, b, &mut blocks[lane as usize])
-        });
+        port.reread_each_word(1..packet0_words, |lane, w, v| blocks.set_word(lane, w - 1, v));
         let port = port.recv_packets(call::spill_packets(block_len), |lane, i, b| {
-            call::read_block(i + 1, b, &mut blocks[lane as usize])
+            call::read_block(i + 1, b, blocks.get_mut(lane))
         })?;
-        let lens = |lane: u32, i: usize| lens_of(&blocks[lane as usize], i);
-        let direct = |lane: u32, i: usize| direct_of(&blocks[lane as usize], i);
+        let lens = |lane: u32, i: usize| lens_of(blocks.get(lane), i);
+        let direct = |lane: u32, i: usize| direct_of(blocks.get(lane), i);
 
         // Size limits on streamed inputs and out-buffers (checked before
         // anything is allocated for them): each buffer against the per-lane
@@ -197,8 +198,13 @@ impl Dispatcher {
                     message,
                 });
             };
+        // A call without streams or out-buffers has nothing to check (and
+        // nothing to store below): its lanes are skipped.
+        let streamed = n_in + n_out > 0;
+        *used_streams = streamed;
+        let with_streams = if streamed { lanes } else { 0 };
         let mut committed = 0u64;
-        for lane in iter_lanes(lanes) {
+        for lane in iter_lanes(with_streams) {
             let l = lane as usize;
             let mut wants = 0u64;
             for i in 0..n_in {
@@ -206,7 +212,7 @@ impl Dispatcher {
                 wants = wants.saturating_add(len);
                 if len > limit && status[l] == Status::Ok {
                     let message = format!("streamed argument {i} is {len} bytes, over the limit of {limit}");
-                    refuse(lane, Status::TooLarge, i as u32, message, &mut status, &mut detail);
+                    refuse(lane, Status::TooLarge, i as u32, message, status, detail);
                 }
             }
             if let (true, Some(d)) = (accepted, desc) {
@@ -217,14 +223,7 @@ impl Dispatcher {
                     if bytes > limit && status[l] == Status::Ok {
                         let message =
                             format!("out-buffer {j} of {count} elements is {bytes} bytes, over the limit of {limit}");
-                        refuse(
-                            lane,
-                            Status::TooLarge,
-                            (n_in + j) as u32,
-                            message,
-                            &mut status,
-                            &mut detail,
-                        );
+                        refuse(lane, Status::TooLarge, (n_in + j) as u32, message, status, detail);
                     }
                 }
             }
@@ -234,7 +233,7 @@ impl Dispatcher {
                         "the lane's streams and out-buffers ({wants} bytes) would take the call past \
                          its budget of {budget} bytes (max_call_bytes; {committed} taken by earlier lanes)"
                     );
-                    refuse(lane, Status::TooLarge, u32::MAX, message, &mut status, &mut detail);
+                    refuse(lane, Status::TooLarge, u32::MAX, message, status, detail);
                 } else {
                     committed += wants;
                 }
@@ -246,7 +245,7 @@ impl Dispatcher {
         // that actually arrives and never beyond the declared length.
         let mut port = port;
         if accepted {
-            for lane in iter_lanes(lanes) {
+            for lane in iter_lanes(with_streams) {
                 let s = &mut streams[lane as usize];
                 if s.len() < n_in {
                     s.resize_with(n_in, Vec::new);
@@ -278,14 +277,7 @@ impl Dispatcher {
                     };
                     if let Some(why) = wrong {
                         let message = format!("inline streamed argument {i} {why}");
-                        refuse(
-                            lane,
-                            Status::InvalidArgument,
-                            i as u32,
-                            message,
-                            &mut status,
-                            &mut detail,
-                        );
+                        refuse(lane, Status::InvalidArgument, i as u32, message, status, detail);
                         return;
                     }
                     if let Some(s) = streams[l].get_mut(i) {
@@ -313,7 +305,7 @@ impl Dispatcher {
                         return;
                     }
                     if direct(lane, i) {
-                        set_address(&mut addrs, lane, i, b.data[0]);
+                        set_address(addrs, lane, i, b.data[0]);
                         return;
                     }
                     // `len <= limit` here, and `limit` is a host allocation size.
@@ -338,7 +330,7 @@ impl Dispatcher {
             let packets = iter_lanes(lanes).any(|lane| direct(lane, n_in + j)) as u64;
             port = port.recv_packets(packets, |lane, _, b| {
                 if direct(lane, n_in + j) {
-                    set_address(&mut addrs, lane, n_in + j, b.data[0]);
+                    set_address(addrs, lane, n_in + j, b.data[0]);
                 }
             })?;
         }
@@ -346,7 +338,6 @@ impl Dispatcher {
         // Direct inputs: copied from the device, all lanes' at once (into
         // memory the backend lends for the call, with room for the direct
         // out-buffers, where it can).
-        let streamed = n_in + n_out > 0;
         let mut loan = None;
         if let (true, Some(d), true) = (accepted, desc, streamed) {
             let ok = iter_lanes(lanes)
@@ -356,17 +347,28 @@ impl Dispatcher {
                 ok,
                 n_in,
                 d.out_elem_sizes,
-                &blocks,
-                &addrs,
+                blocks,
+                addrs,
                 memory,
-                &mut streams,
-                &mut |lane, refusal, what, message| refuse(lane, refusal, what, message, &mut status, &mut detail),
+                streams,
+                &mut |lane, refusal, what, message| refuse(lane, refusal, what, message, status, detail),
             );
         }
 
-        // Run the call.
+        // Run the call. A refused call (unknown opcode, signature mismatch)
+        // has no return value the client could expect: the reply is packet
+        // 0 only.
+        let (ret_len, spill) = match desc {
+            Some(d) if accepted => (d.ret_bytes as usize, call::spill_packets(d.ret_bytes as usize)),
+            _ => (0, 0),
+        };
+        rets.get_mut().reset(ret_len, lanes);
+        let ok = iter_lanes(lanes)
+            .filter(|&l| status[l as usize] == Status::Ok)
+            .fold(0, |m, l| m | 1 << l);
         let mut call = ServerCall {
             lanes,
+            ok,
             port: index,
             opcode,
             method: method_name,
@@ -375,8 +377,8 @@ impl Dispatcher {
             streams,
             status,
             detail,
-            rets: std::cell::RefCell::new(rets),
-            outs: std::cell::RefCell::new(outs),
+            rets,
+            outs,
             errors: Vec::new(),
             n_in,
             loan,
@@ -404,7 +406,7 @@ impl Dispatcher {
                 }
                 None => {
                     // The runtime's no-op: x + 1.
-                    for lane in iter_lanes(call.ok_mask()) {
+                    for lane in iter_lanes(call.ok) {
                         match call.arg::<u64>(lane, 0) {
                             Ok(x) => call.set_return(lane, &x.wrapping_add(1)),
                             Err(e) => call.fail(lane, e),
@@ -415,50 +417,46 @@ impl Dispatcher {
         }
         // Direct out-buffers: stored on the device before the reply says so.
         if let (true, true, Some(d), Some(m)) = (accepted, frame.reply, desc, memory) {
-            self.copy_out(&mut call, d, &addrs, m);
+            self.copy_out(&mut call, d, addrs, m);
         }
         for e in std::mem::take(&mut call.errors) {
             self.record(e);
         }
         // Relaxed: a statistic.
         self.calls.fetch_add(1, Ordering::Relaxed);
+        let mut ok_lanes = 0u64;
         for lane in iter_lanes(lanes) {
             let l = lane as usize;
             record.lane(call.status[l]);
-            let streamed: u64 = (0..n_in).map(|i| lens_of(&call.blocks[l], i)).sum();
-            record.bytes_in += 8 + block_len as u64 + streamed;
-            if frame.reply && call.status[l] == Status::Ok {
-                let outs: usize = call.outs.get_mut()[l].iter().map(Vec::len).sum::<usize>()
-                    + call.loan.as_ref().map_or(0, |x| x.out_bytes(lane));
-                record.bytes_out += (desc.map_or(0, |d| d.ret_bytes as usize) + outs) as u64;
+            ok_lanes += (call.status[l] == Status::Ok) as u64;
+            if streamed {
+                let ins: u64 = (0..n_in).map(|i| lens_of(call.blocks.get(lane), i)).sum();
+                record.bytes_in += ins;
+                if frame.reply && call.status[l] == Status::Ok {
+                    let outs: usize = call.outs.borrow()[l].iter().map(Vec::len).sum::<usize>()
+                        + call.loan.as_ref().map_or(0, |x| x.out_bytes(lane));
+                    record.bytes_out += outs as u64;
+                }
             }
+        }
+        record.bytes_in += lanes.count_ones() as u64 * (8 + block_len as u64);
+        if frame.reply {
+            record.bytes_out += ok_lanes * ret_len as u64;
         }
 
         if !frame.reply {
             port.close();
-            call.into_scratch(addrs).put(lanes, streamed);
             return Ok(());
         }
 
-        // Reply: status + return value. A refused call (unknown opcode,
-        // signature mismatch) has no return value the client could expect:
-        // the server sends packet 0 only.
-        let (ret_len, spill) = match desc {
-            Some(d) if accepted => (d.ret_bytes as usize, call::spill_packets(d.ret_bytes as usize)),
-            _ => (0, 0),
-        };
-        let rets = call.rets.get_mut();
-        for lane in iter_lanes(lanes) {
-            rets[lane as usize].resize(ret_len, 0);
-        }
-        let rets = &*rets;
+        // Reply: status + return value (zeros where the method stored none).
+        let rets = &*call.rets.borrow();
         let reply_words = 1 + ret_len.min(call::FIRST_PAYLOAD).div_ceil(8);
-        let port = port.send_words(reply_words, |lane, b| {
-            let l = lane as usize;
-            b.data[0] = call.status[l] as u32 as u64 | (call.detail[l] as u64) << 32;
-            call::fill_block(0, &rets[l], b);
+        let port = port.send_each_word(reply_words, |lane, w| match w {
+            0 => call.status[lane as usize] as u32 as u64 | (call.detail[lane as usize] as u64) << 32,
+            _ => rets.word(lane, w - 1),
         })?;
-        let mut port = port.send_packets(spill, |lane, i, b| call::fill_block(i + 1, &rets[lane as usize], b))?;
+        let mut port = port.send_packets(spill, |lane, i, b| call::fill_block(i + 1, rets.get(lane), b))?;
 
         // Out-buffers, for the lanes that succeeded.
         if let (true, Some(d)) = (accepted, desc) {
@@ -471,7 +469,7 @@ impl Dispatcher {
                 };
                 for lane in iter_lanes(lanes) {
                     if sends(&call, lane) {
-                        packets = packets.max(call::out_packets(lens_of(&call.blocks[lane as usize], n_in + j), es));
+                        packets = packets.max(call::out_packets(lens_of(call.blocks.get(lane), n_in + j), es));
                     }
                 }
                 port = port.send_packets(packets, |lane, i, b| {
@@ -490,7 +488,6 @@ impl Dispatcher {
             }
         }
         port.close();
-        call.into_scratch(addrs).put(lanes, streamed);
         Ok(())
     }
 }
@@ -500,14 +497,20 @@ impl Dispatcher {
 /// before it grows one). Buffers that grew beyond [`KEEP_BYTES`] are freed
 /// after the call instead of kept.
 pub(super) struct Scratch {
-    pub(super) blocks: Vec<Vec<u8>>,
+    pub(super) blocks: LaneRecords,
     pub(super) streams: Vec<Vec<Vec<u8>>>,
-    pub(super) rets: Vec<Vec<u8>>,
-    pub(super) outs: Vec<Vec<Vec<u8>>>,
+    pub(super) rets: RefCell<LaneRecords>,
+    pub(super) outs: RefCell<Vec<Vec<Vec<u8>>>>,
     /// Device addresses of a call's direct streams and out-buffers, per
     /// lane (only those the call's length words mark direct are read, each
     /// after the call wrote it): kept, so no call clears or allocates them.
     pub(super) addrs: Vec<Vec<u64>>,
+    /// Each lane's status and detail word, as the reply will carry them.
+    pub(super) status: [Status; MAX_LANES as usize],
+    pub(super) detail: [u32; MAX_LANES as usize],
+    /// Whether the last call had streams or out-buffers (and so may have
+    /// grown those buffers: see [`trim`](Self::trim)).
+    pub(super) streamed: bool,
 }
 
 /// Largest buffer a server thread keeps for reuse.
@@ -522,25 +525,33 @@ impl Scratch {
     pub(super) fn new() -> Scratch {
         let lanes = MAX_LANES as usize;
         Scratch {
-            blocks: (0..lanes).map(|_| Vec::new()).collect(),
+            blocks: LaneRecords::default(),
             streams: (0..lanes).map(|_| Vec::new()).collect(),
-            rets: (0..lanes).map(|_| Vec::new()).collect(),
-            outs: (0..lanes).map(|_| Vec::new()).collect(),
+            rets: RefCell::default(),
+            outs: RefCell::new((0..lanes).map(|_| Vec::new()).collect()),
             addrs: (0..lanes).map(|_| Vec::new()).collect(),
+            status: [Status::Ok; MAX_LANES as usize],
+            detail: [0; MAX_LANES as usize],
+            streamed: false,
         }
     }
 
-    /// Take this thread's scratch (a fresh one if a call is already using it).
-    pub(super) fn take() -> Scratch {
-        SCRATCH.with(|s| s.borrow_mut().take()).unwrap_or_else(Scratch::new)
+    /// Run `f` with this thread's scratch, in place (a fresh one if a call
+    /// on this thread is already using it: a host method that serves calls
+    /// itself).
+    pub(super) fn with<R>(f: impl FnOnce(&mut Scratch) -> R) -> R {
+        SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut s) => f(&mut s),
+            Err(_) => f(&mut Scratch::new()),
+        })
     }
 
-    /// Give the buffers back for the next call on this thread: the call's
-    /// `lanes` used them; `streamed` says it had streams or out-buffers.
-    /// Only those buffers are walked (a call costs no pass over all 64
-    /// lanes'), and streams and out-buffers only when the call had them:
-    /// nothing else can have grown.
-    pub(super) fn put(mut self, lanes: u64, streamed: bool) {
+    /// Make the buffers ready for the next call on this thread. The
+    /// streams and out-buffers are walked only when the last call had some
+    /// (nothing else can have grown); the argument blocks and return values,
+    /// held to `MAX_ARG_BYTES` and `MAX_RET_BYTES` (plus the length words)
+    /// by the frame, are always kept, and the next call resets them.
+    pub(super) fn trim(&mut self) {
         fn trim(v: &mut Vec<u8>) {
             if v.capacity() > KEEP_BYTES {
                 *v = Vec::new();
@@ -548,43 +559,38 @@ impl Scratch {
                 v.clear();
             }
         }
-        // Argument blocks and return values are held to MAX_ARG_BYTES and
-        // MAX_RET_BYTES (plus the length words) by the frame: always kept.
-        for lane in iter_lanes(lanes) {
-            self.blocks[lane as usize].clear();
-            self.rets[lane as usize].clear();
+        if !std::mem::take(&mut self.streamed) {
+            return;
         }
-        if streamed {
-            let mut total = 0;
-            for v in self.streams.iter_mut().chain(self.outs.iter_mut()).flatten() {
-                trim(v);
-                total += v.capacity();
-            }
-            if total > KEEP_TOTAL_BYTES {
-                // Free the largest first, so small ones keep their reuse.
-                let mut kept: Vec<&mut Vec<u8>> = self
-                    .streams
-                    .iter_mut()
-                    .chain(self.outs.iter_mut())
-                    .flatten()
-                    .filter(|v| v.capacity() > 0)
-                    .collect();
-                kept.sort_unstable_by_key(|v| std::cmp::Reverse(v.capacity()));
-                for v in kept {
-                    if total <= KEEP_TOTAL_BYTES {
-                        break;
-                    }
-                    total -= v.capacity();
-                    *v = Vec::new();
+        let outs = self.outs.get_mut();
+        let mut total = 0;
+        for v in self.streams.iter_mut().chain(outs.iter_mut()).flatten() {
+            trim(v);
+            total += v.capacity();
+        }
+        if total > KEEP_TOTAL_BYTES {
+            // Free the largest first, so small ones keep their reuse.
+            let mut kept: Vec<&mut Vec<u8>> = self
+                .streams
+                .iter_mut()
+                .chain(outs.iter_mut())
+                .flatten()
+                .filter(|v| v.capacity() > 0)
+                .collect();
+            kept.sort_unstable_by_key(|v| std::cmp::Reverse(v.capacity()));
+            for v in kept {
+                if total <= KEEP_TOTAL_BYTES {
+                    break;
                 }
+                total -= v.capacity();
+                *v = Vec::new();
             }
         }
-        SCRATCH.with(|s| *s.borrow_mut() = Some(self));
     }
 }
 
 std::thread_local! {
-    static SCRATCH: std::cell::RefCell<Option<Scratch>> = const { std::cell::RefCell::new(None) };
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::new());
 }
 
 /// The length word at index `i` of an argument block, or 0 if the block is
@@ -619,36 +625,50 @@ mod tests {
     /// argument blocks (bounded by the frame) stay.
     #[test]
     fn scratch_kept_between_calls_is_capped_in_total() {
-        let mut s = Scratch::take();
-        for outs in s.outs.iter_mut() {
+        let mut s = Scratch::new();
+        for outs in s.outs.get_mut().iter_mut() {
             *outs = (0..7).map(|_| Vec::with_capacity(KEEP_BYTES)).collect();
         }
-        for b in s.blocks.iter_mut() {
-            b.extend_from_slice(&[1; 64]);
-        }
-        s.put(u64::MAX, true);
-        let s = Scratch::take();
-        let kept: usize = s.streams.iter().chain(&s.outs).flatten().map(Vec::capacity).sum();
+        s.blocks.reset(64, u64::MAX);
+        s.blocks.get_mut(63).fill(1);
+        s.streamed = true;
+        s.trim();
+        let kept: usize = s
+            .streams
+            .iter()
+            .chain(s.outs.get_mut().iter())
+            .flatten()
+            .map(Vec::capacity)
+            .sum();
         assert!(kept <= KEEP_TOTAL_BYTES, "kept {kept} bytes");
         assert!(kept > 0, "the buffers under the cap are kept");
-        // The blocks survive, emptied.
-        assert!(s.blocks.iter().all(|b| b.capacity() >= 64 && b.is_empty()));
+        // The blocks survive, and the next call's reset zeroes them.
+        assert_eq!(s.blocks.get(63), [1; 64]);
+        s.blocks.reset(64, u64::MAX);
+        assert_eq!(s.blocks.get(63), [0; 64]);
     }
 
-    /// A call without streams leaves the stream buffers alone and empties
-    /// the blocks and return values of its own lanes only.
+    /// A call without streams leaves the stream buffers alone.
     #[test]
-    fn a_call_without_streams_touches_only_its_lanes() {
-        let mut s = Scratch::take();
+    fn a_call_without_streams_keeps_the_stream_buffers() {
+        let mut s = Scratch::new();
         s.streams[3] = vec![vec![7; 10]];
-        for l in [0, 5] {
-            s.blocks[l].extend_from_slice(&[1; 8]);
-            s.rets[l].extend_from_slice(&[2; 8]);
-        }
-        s.put(1 << 5, false);
-        let s = Scratch::take();
+        s.trim();
         assert_eq!(s.streams[3], [vec![7; 10]]);
-        assert!(s.blocks[5].is_empty() && s.rets[5].is_empty());
-        assert_eq!(s.blocks[0], [1; 8]);
+    }
+
+    /// A call served while this thread's scratch is in use (a host method
+    /// that serves calls itself) gets a scratch of its own.
+    #[test]
+    fn nested_calls_get_their_own_scratch() {
+        Scratch::with(|outer| {
+            outer.blocks.reset(8, 1);
+            outer.blocks.get_mut(0).fill(9);
+            Scratch::with(|inner| {
+                inner.blocks.reset(8, 1);
+                inner.blocks.get_mut(0).fill(1);
+            });
+            assert_eq!(outer.blocks.get(0), [9; 8]);
+        });
     }
 }

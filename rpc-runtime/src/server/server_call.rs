@@ -2,7 +2,8 @@
 //! generates sees it (per-lane arguments in, per-lane results out).
 
 use super::direct::Loan;
-use super::serve_call::{direct_of, lens_of, Scratch};
+use super::lane_records::LaneRecords;
+use super::serve_call::{direct_of, lens_of};
 use super::*;
 
 /// The text of a panic payload, clipped ([`clip_message`]): the one place a
@@ -69,19 +70,24 @@ pub fn iter_lanes(mut mask: u64) -> impl Iterator<Item = u32> {
 /// [`set_return`](Self::set_return) and [`set_out`](Self::set_out).
 pub struct ServerCall<'d> {
     pub(super) lanes: u64,
+    /// The lanes whose status is still `Ok`.
+    pub(super) ok: u64,
     pub(super) port: u32,
     pub(super) opcode: u32,
     pub(super) method: Option<&'static str>,
     pub(super) arg_offset: usize,
-    pub(super) blocks: Vec<Vec<u8>>,
-    pub(super) streams: Vec<Vec<Vec<u8>>>,
-    pub(super) status: [Status; MAX_LANES as usize],
-    pub(super) detail: [u32; MAX_LANES as usize],
-    /// Return values stored by `set_return` (`&self`, like `set_out`).
-    pub(super) rets: std::cell::RefCell<Vec<Vec<u8>>>,
+    /// Each lane's argument block (length words, then the encoded
+    /// arguments).
+    pub(super) blocks: &'d LaneRecords,
+    pub(super) streams: &'d [Vec<Vec<u8>>],
+    pub(super) status: &'d mut [Status; MAX_LANES as usize],
+    pub(super) detail: &'d mut [u32; MAX_LANES as usize],
+    /// Return values stored by `set_return` (`&self`, like `set_out`),
+    /// each as long as the method's (zeros until stored).
+    pub(super) rets: &'d std::cell::RefCell<LaneRecords>,
     /// Out-buffers stored by `set_out` (a `RefCell`: `set_out` takes `&self`,
     /// as the [`OutBuffer`]s it stores borrow the call).
-    pub(super) outs: std::cell::RefCell<Vec<Vec<Vec<u8>>>>,
+    pub(super) outs: &'d std::cell::RefCell<Vec<Vec<Vec<u8>>>>,
     pub(super) errors: Vec<ServerError>,
     pub(super) n_in: usize,
     /// Memory the backend lent for the call's direct slices.
@@ -102,25 +108,7 @@ pub struct LaneError {
 impl ServerCall<'_> {
     /// Lanes of the call whose status is still `Ok`, lowest first.
     pub fn lanes(&self) -> impl Iterator<Item = u32> + '_ {
-        iter_lanes(self.lanes).filter(|&l| self.status[l as usize] == Status::Ok)
-    }
-
-    /// The mask of lanes whose status is still `Ok`.
-    pub(super) fn ok_mask(&self) -> u64 {
-        iter_lanes(self.lanes)
-            .filter(|&l| self.status[l as usize] == Status::Ok)
-            .fold(0, |m, l| m | 1 << l)
-    }
-
-    /// The call's buffers, for reuse by the next call.
-    pub(super) fn into_scratch(self, addrs: Vec<Vec<u64>>) -> Scratch {
-        Scratch {
-            addrs,
-            blocks: self.blocks,
-            streams: self.streams,
-            rets: self.rets.into_inner(),
-            outs: self.outs.into_inner(),
-        }
+        iter_lanes(self.ok)
     }
 
     /// Every lane of the call.
@@ -141,7 +129,7 @@ impl ServerCall<'_> {
     /// Decode the scalar argument at byte `offset` of the encoded arguments.
     /// `index` names the argument in errors.
     pub fn arg_at<T: Wire>(&self, lane: u32, offset: usize, index: u32) -> Result<T, LaneError> {
-        let b = self.blocks.get(lane as usize).map(Vec::as_slice).unwrap_or_default();
+        let b = self.blocks.get(lane);
         let start = self.arg_offset + offset;
         let bytes = b.get(start..start + T::SIZE).ok_or_else(|| LaneError {
             status: Status::InvalidArgument,
@@ -220,7 +208,7 @@ impl ServerCall<'_> {
     /// aborting the process when the host cannot allocate it (limits
     /// configured beyond the host's memory).
     pub fn out_buffer<T: Wire>(&self, lane: u32, j: usize) -> Result<OutBuffer<'_, T>, LaneError> {
-        let block = self.blocks.get(lane as usize).map(Vec::as_slice).unwrap_or_default();
+        let block = self.blocks.get(lane);
         let count = lens_of(block, self.n_in + j);
         let numbers = crate::wire::bytes_are_values::<T>();
         if let (true, Some(loan)) = (numbers, self.loan.as_ref()) {
@@ -257,18 +245,28 @@ impl ServerCall<'_> {
     }
 
     /// Store lane `lane`'s return value.
+    ///
+    /// The reply carries as many bytes as the method returns: a value of
+    /// another size (only a hand-written dispatch can store one) is cut or
+    /// zero-padded to that.
     pub fn set_return<T: Wire>(&self, lane: u32, v: &T) {
         let mut rets = self.rets.borrow_mut();
-        let buf = &mut rets[lane as usize];
-        buf.clear();
-        buf.resize(T::SIZE, 0);
-        v.encode(buf);
+        let slot = rets.get_mut(lane);
+        if slot.len() == T::SIZE {
+            v.encode(slot);
+            return;
+        }
+        let mut buf = vec![0; T::SIZE];
+        v.encode(&mut buf);
+        let n = slot.len().min(T::SIZE);
+        slot[..n].copy_from_slice(&buf[..n]);
+        slot[n..].fill(0);
     }
 
     /// Whether lane `lane`'s out-buffer `j` goes direct (stored at its
     /// device address, densely, instead of in packets).
     pub(super) fn out_direct(&self, lane: u32, j: usize) -> bool {
-        direct_of(&self.blocks[lane as usize], self.n_in + j)
+        direct_of(self.blocks.get(lane), self.n_in + j)
     }
 
     /// Store lane `lane`'s out-buffer `j` (elements packed whole per packet,
@@ -309,6 +307,7 @@ impl ServerCall<'_> {
 
     /// Answer lane `lane` with an error.
     pub fn fail(&mut self, lane: u32, e: LaneError) {
+        self.ok &= !(1 << lane);
         self.status[lane as usize] = e.status;
         self.detail[lane as usize] = e.detail;
         self.errors.push(ServerError {
@@ -324,8 +323,7 @@ impl ServerCall<'_> {
     /// Run `f` for every lane still `Ok`, in lane order, catching panics and
     /// recording errors: the body of a generated dispatch arm.
     pub fn run(&mut self, mut f: impl FnMut(&mut Self, u32) -> Result<(), LaneError>) {
-        let ok = self.ok_mask();
-        for lane in iter_lanes(ok) {
+        for lane in iter_lanes(self.ok) {
             let r = catch_unwind(AssertUnwindSafe(|| f(self, lane)));
             match r {
                 Ok(Ok(())) => {}
