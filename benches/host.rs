@@ -4,7 +4,8 @@
 //! ([`RawDevice`]), and a server thread serves them.
 //!
 //! `cargo bench --bench host` (a plain bench binary: it prints Markdown
-//! tables; `-- --quick` runs fewer calls). Two modes:
+//! tables; `-- --quick` runs fewer calls, `-- --only TEXT` only the rows
+//! whose workload names `TEXT`, e.g. for `perf record`). Two modes:
 //!
 //! * **batch**: the device fills every port with a call, then one
 //!   `Dispatcher::poll` over the ports serves them all; the time of the poll
@@ -241,7 +242,16 @@ fn stats(v: &mut [f64]) -> (f64, f64, f64) {
 }
 
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    // `--only TEXT`: only the rows whose workload names it (for profiling
+    // one path with perf).
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let wanted = |w: Workload| only.as_deref().is_none_or(|o| w.name().contains(o));
     let reps = if quick { 20 } else { 400 };
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     println!("Host cost per warp-call, synthetic device, {cores} cores, {reps} polls per row\n");
@@ -255,6 +265,9 @@ fn main() {
         (Workload::Incr, 64, 512, true),
         (Workload::LineInline, 32, 512, true),
     ] {
+        if !wanted(w) {
+            continue;
+        }
         let (m, lo, hi) = batch(w, lanes, ports, reps, metrics);
         println!(
             "| {} | {lanes} | {ports} | {} | {m:.0} [{lo:.0}, {hi:.0}] | {:.1} |",
@@ -264,6 +277,9 @@ fn main() {
         );
     }
     for ports in [512, 4096] {
+        if only.is_some() {
+            break;
+        }
         let (m, lo, hi) = scan(ports, reps);
         println!("| nothing pending (scan) | 32 | {ports} | on | {m:.1} [{lo:.1}, {hi:.1}] per port | |");
     }
@@ -278,6 +294,9 @@ fn main() {
         (Workload::Line, 512),
         (Workload::LineInline, 512),
     ] {
+        if !wanted(w) {
+            continue;
+        }
         let mut r: Vec<f64> = (0..3).map(|_| threaded(w, ports, calls)).collect();
         let (m, lo, hi) = stats(&mut r);
         println!(
