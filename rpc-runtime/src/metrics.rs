@@ -1,7 +1,8 @@
 //! Per-method metrics of a [`Dispatcher`](crate::server::Dispatcher): calls,
 //! lanes, lanes by status, bytes in and out, and a histogram of the host's
-//! time per call. Kept with relaxed atomic counters (a few per call, no
-//! lock, no allocation), so they stay on; read them with
+//! time per call. Kept with relaxed atomic counters (a server thread adds
+//! the calls it served in one pass over the ports in one go; no lock, no
+//! allocation), so they stay on; read them with
 //! [`Dispatcher::metrics`](crate::server::Dispatcher::metrics).
 
 use std::fmt;
@@ -59,27 +60,103 @@ impl CallRecord {
     }
 }
 
-impl Counters {
-    pub(crate) fn add(&self, r: &CallRecord, took: Duration) {
-        // Relaxed throughout: statistics, read as a snapshot whose counters
-        // need not agree with one another at any instant.
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        let lanes: u32 = r.by_status.iter().sum();
-        self.lanes.fetch_add(lanes as u64, Ordering::Relaxed);
-        for (c, &n) in self.by_status.iter().zip(&r.by_status) {
-            if n > 0 {
-                c.fetch_add(n as u64, Ordering::Relaxed);
-            }
+/// One server thread's metrics not yet added to the shared [`Counters`]:
+/// the calls it served one after another for one method, gathered in plain
+/// integers and added in one go: before it serves a call of another method
+/// (so a handler that reads the metrics, or ends the process, finds this
+/// thread's earlier calls counted), after [`TALLY_CALLS`] calls, when the
+/// pass over the ports ends and when the tally is dropped. Several server
+/// threads adding every call to the same counters would pass their cache
+/// lines back and forth a few times per call.
+#[derive(Debug, Default)]
+pub(crate) struct Tally<'c> {
+    into: Option<&'c Counters>,
+    calls: u64,
+    lanes: u64,
+    by_status: [u64; STATUSES.len()],
+    bytes_in: u64,
+    bytes_out: u64,
+    latency: [u64; LATENCY_BUCKETS],
+}
+
+/// The most calls a [`Tally`] gathers before it adds them to the counters.
+const TALLY_CALLS: u64 = 64;
+
+impl<'c> Tally<'c> {
+    /// About to serve a call of the method whose counters are `into`: the
+    /// calls of another method gathered so far are added first.
+    pub(crate) fn start(&mut self, into: &'c Counters) {
+        if !self.into.is_some_and(|c| core::ptr::eq(c, into)) {
+            self.flush();
+            self.into = Some(into);
         }
-        self.bytes_in.fetch_add(r.bytes_in, Ordering::Relaxed);
-        self.bytes_out.fetch_add(r.bytes_out, Ordering::Relaxed);
+    }
+
+    /// Counts one warp-call of the method whose counters are `into`, which
+    /// took the host `took`.
+    pub(crate) fn add(&mut self, into: &'c Counters, r: &CallRecord, took: Duration) {
+        self.start(into);
+        self.calls += 1;
+        for (c, &n) in self.by_status.iter_mut().zip(&r.by_status) {
+            *c += n as u64;
+            self.lanes += n as u64;
+        }
+        self.bytes_in += r.bytes_in;
+        self.bytes_out += r.bytes_out;
         let micros = took.as_micros();
         let bucket = if micros == 0 {
             0
         } else {
             ((u128::BITS - micros.leading_zeros()) as usize).min(LATENCY_BUCKETS - 1)
         };
-        self.latency[bucket].fetch_add(1, Ordering::Relaxed);
+        self.latency[bucket] += 1;
+        if self.calls >= TALLY_CALLS {
+            self.flush();
+        }
+    }
+
+    /// Adds what was gathered to the counters, and starts again from zero.
+    pub(crate) fn flush(&mut self) {
+        if let Some(c) = self.into.take() {
+            c.add(self);
+            // Field by field: assigning a whole new tally would drop this one.
+            self.calls = 0;
+            self.lanes = 0;
+            self.by_status = [0; STATUSES.len()];
+            self.bytes_in = 0;
+            self.bytes_out = 0;
+            self.latency = [0; LATENCY_BUCKETS];
+        }
+    }
+}
+
+impl Drop for Tally<'_> {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+impl Counters {
+    /// Adds what `t` gathered (Relaxed throughout: statistics, read as a
+    /// snapshot whose counters need not agree with one another at any
+    /// instant). Zero counters are skipped: every add is a read-modify-write
+    /// of a cache line the server threads share.
+    fn add(&self, t: &Tally<'_>) {
+        let add = |c: &AtomicU64, n: u64| {
+            if n > 0 {
+                c.fetch_add(n, Ordering::Relaxed);
+            }
+        };
+        add(&self.calls, t.calls);
+        add(&self.lanes, t.lanes);
+        for (c, &n) in self.by_status.iter().zip(&t.by_status) {
+            add(c, n);
+        }
+        add(&self.bytes_in, t.bytes_in);
+        add(&self.bytes_out, t.bytes_out);
+        for (c, &n) in self.latency.iter().zip(&t.latency) {
+            add(c, n);
+        }
     }
 
     pub(crate) fn snapshot(&self, path: &'static str, opcode: u32) -> MethodMetrics {
@@ -224,4 +301,66 @@ impl fmt::Display for MethodMetrics {
 pub fn to_json_line(metrics: &[MethodMetrics]) -> String {
     let rows: Vec<String> = metrics.iter().map(MethodMetrics::to_json).collect();
     format!("{{\"methods\":[{}]}}", rows.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(ok: u32, bad: u32, bytes: u64) -> CallRecord {
+        let mut r = CallRecord::default();
+        r.by_status[status_slot(Status::Ok)] = ok;
+        r.by_status[status_slot(Status::TooLarge)] = bad;
+        r.bytes_in = bytes;
+        r.bytes_out = 2 * bytes;
+        r
+    }
+
+    #[test]
+    fn a_tally_adds_when_the_method_changes_and_when_dropped() {
+        let (a, b) = (Counters::default(), Counters::default());
+        let mut t = Tally::default();
+        t.add(&a, &record(32, 0, 8), Duration::from_nanos(500));
+        t.add(&a, &record(30, 2, 8), Duration::from_micros(3));
+        // Nothing reaches the shared counters until the method changes.
+        assert_eq!(a.snapshot("a", 1).calls, 0);
+        t.add(&b, &record(1, 0, 16), Duration::from_secs(1000));
+        let sa = a.snapshot("a", 1);
+        assert_eq!((sa.calls, sa.lanes, sa.bytes_in, sa.bytes_out), (2, 64, 16, 32));
+        assert_eq!(sa.by_status, vec![(Status::Ok, 62), (Status::TooLarge, 2)]);
+        assert_eq!(sa.latency[0], 1, "500 ns is under 1 µs");
+        assert_eq!(sa.latency[2], 1, "3 µs is in [2, 4) µs");
+        assert_eq!(b.snapshot("b", 2).calls, 0);
+        drop(t);
+        let sb = b.snapshot("b", 2);
+        assert_eq!((sb.calls, sb.lanes, sb.bytes_in), (1, 1, 16));
+        assert_eq!(
+            sb.latency[LATENCY_BUCKETS - 1],
+            1,
+            "the last bucket takes everything longer"
+        );
+        // Each call was added once.
+        assert_eq!(a.snapshot("a", 1).calls, 2);
+    }
+
+    #[test]
+    fn a_tally_adds_before_another_method_is_served_and_after_a_bounded_number_of_calls() {
+        let (a, b) = (Counters::default(), Counters::default());
+        let mut t = Tally::default();
+        t.add(&a, &record(32, 0, 8), Duration::ZERO);
+        t.start(&b);
+        assert_eq!(a.snapshot("a", 1).calls, 1, "counted before b's handler runs");
+        for _ in 0..TALLY_CALLS {
+            t.add(&b, &record(1, 0, 0), Duration::ZERO);
+        }
+        assert_eq!(
+            b.snapshot("b", 2).calls,
+            TALLY_CALLS,
+            "never more than TALLY_CALLS behind"
+        );
+        t.add(&b, &record(1, 0, 0), Duration::ZERO);
+        assert_eq!(b.snapshot("b", 2).calls, TALLY_CALLS);
+        drop(t);
+        assert_eq!(b.snapshot("b", 2).calls, TALLY_CALLS + 1);
+    }
 }

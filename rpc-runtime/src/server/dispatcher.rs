@@ -70,7 +70,11 @@ impl Dispatcher {
 
     /// Per-method metrics so far: the runtime's no-op first, then every
     /// method of every service in the order added, then calls to unknown
-    /// opcodes (if any). See [`MethodMetrics`].
+    /// opcodes (if any). See [`MethodMetrics`]. A server thread adds the
+    /// calls it serves in small batches (at the end of each pass over its
+    /// ports, before a call of another method, at least every 64 calls), so
+    /// while a kernel runs the numbers may lack a few calls per server
+    /// thread; once the servers are done, they are whole.
     pub fn metrics(&self) -> Vec<MethodMetrics> {
         let mut out = Vec::new();
         let noop = &self.table[&opcodes::NOOP];
@@ -189,10 +193,13 @@ impl Dispatcher {
         // When the last call ended (metrics on): a call found right after
         // it starts its clock there, a clock read saved.
         let mut ended: Option<Instant> = None;
+        // The pass's metrics, added to the shared counters when the method
+        // changes and when the pass ends (the tally's drop, on every return).
+        let mut tally = Tally::default();
         while let Some(port) = server.try_open(start..range.end) {
             let near = port.index() - start < CHAIN_CLOCK_PORTS;
             start = port.index() + 1;
-            let (r, end) = self.serve_port_from(port, server.memory(), ended.filter(|_| near));
+            let (r, end) = self.serve_port_from(port, server.memory(), ended.filter(|_| near), &mut tally);
             r?;
             ended = end;
             served += 1;
@@ -241,18 +248,19 @@ impl Dispatcher {
         port: Port<'_, '_, ServerSide, Fresh>,
         memory: Option<&dyn DeviceMemory>,
     ) -> Result<(), Abandoned> {
-        self.serve_port_from(port, memory, None).0
+        self.serve_port_from(port, memory, None, &mut Tally::default()).0
     }
 
     /// [`serve_port`](Self::serve_port) whose metrics time the call from
     /// `started` (the end of the call served just before, when there was
-    /// one) instead of reading the clock; returns when it ended (with the
-    /// metrics on).
-    fn serve_port_from(
-        &self,
+    /// one) instead of reading the clock, and counts it in `tally`; returns
+    /// when it ended (with the metrics on).
+    fn serve_port_from<'d>(
+        &'d self,
         port: Port<'_, '_, ServerSide, Fresh>,
         memory: Option<&dyn DeviceMemory>,
         started: Option<Instant>,
+        tally: &mut Tally<'d>,
     ) -> (Result<(), Abandoned>, Option<Instant>) {
         let index = port.index();
         let opcode = port.opcode();
@@ -262,6 +270,10 @@ impl Dispatcher {
             .and_then(|r| r.method)
             .map(|(s, m)| (s, m, &self.services[s].methods()[m]));
         let started = self.config.metrics.then(|| started.unwrap_or_else(Instant::now));
+        let counters = route.map_or(&self.unknown, |r| &r.counters);
+        if started.is_some() {
+            tally.start(counters);
+        }
         #[cfg(feature = "tracing")]
         let _span = tracing::debug_span!(
             "gpu_rpc_call",
@@ -280,8 +292,7 @@ impl Dispatcher {
         let mut ended = None;
         if let (Ok(()), Some(started)) = (&r, started) {
             let end = Instant::now();
-            let counters = route.map_or(&self.unknown, |r| &r.counters);
-            counters.add(&record, end.saturating_duration_since(started));
+            tally.add(counters, &record, end.saturating_duration_since(started));
             ended = Some(end);
         }
         if let Err(a) = r {
