@@ -1652,12 +1652,7 @@ impl<'p, 'a, St: State> Port<'p, 'a, ServerSide, St> {
     #[inline(always)]
     fn each_word(&self, words: core::ops::Range<usize>, mut use_: impl FnMut(u32, usize)) {
         for w in words.start..words.end.min(BUFFER_WORDS) {
-            let mut m = self.lanes();
-            while m != 0 {
-                let lane = m.trailing_zeros();
-                m &= m - 1;
-                use_(lane, w);
-            }
+            self.for_each_lane(|_, _, lane| use_(lane, w));
         }
     }
 }

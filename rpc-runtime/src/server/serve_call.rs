@@ -340,11 +340,8 @@ impl Dispatcher {
         // out-buffers, where it can).
         let mut loan = None;
         if let (true, Some(d), true) = (accepted, desc, streamed) {
-            let ok = iter_lanes(lanes)
-                .filter(|&l| status[l as usize] == Status::Ok)
-                .fold(0, |m, l| m | 1 << l);
             loan = self.copy_in(
-                ok,
+                ok_mask(lanes, status),
                 n_in,
                 d.out_elem_sizes,
                 blocks,
@@ -363,12 +360,9 @@ impl Dispatcher {
             _ => (0, 0),
         };
         rets.get_mut().reset(ret_len, lanes);
-        let ok = iter_lanes(lanes)
-            .filter(|&l| status[l as usize] == Status::Ok)
-            .fold(0, |m, l| m | 1 << l);
         let mut call = ServerCall {
             lanes,
-            ok,
+            ok: ok_mask(lanes, status),
             port: index,
             opcode,
             method: method_name,
@@ -591,6 +585,13 @@ impl Scratch {
 
 std::thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::new());
+}
+
+/// The lanes of `lanes` whose status is still `Ok`.
+fn ok_mask(lanes: u64, status: &[Status; MAX_LANES as usize]) -> u64 {
+    iter_lanes(lanes)
+        .filter(|&l| status[l as usize] == Status::Ok)
+        .fold(0, |m, l| m | 1 << l)
 }
 
 /// The length word at index `i` of an argument block, or 0 if the block is
