@@ -27,7 +27,7 @@ pub use raw::RawDevice;
 
 use crate::host::{launch_and_serve, HostJob, RunKernel};
 use crate::lanes::Halt;
-use crate::protocol::{self, client_local_words, lock_words, Client, Layout, Parts, Server};
+use crate::protocol::{self, client_local_words, Client, Layout, Parts, Server, ServerLocks};
 use crate::server::Dispatcher;
 
 /// A shared region and the two sides' lock arrays, in host memory.
@@ -35,7 +35,7 @@ pub struct CpuRegion {
     layout: Layout,
     base: *mut u8,
     client_locks: Box<[AtomicU32]>,
-    server_locks: Box<[AtomicU32]>,
+    server_locks: ServerLocks,
 }
 
 // SAFETY: the region is plain memory accessed only through atomics by the
@@ -51,14 +51,13 @@ impl CpuRegion {
         // SAFETY: the size is non-zero (every layout has at least one port).
         let base = unsafe { alloc_zeroed(al) };
         assert!(!base.is_null(), "gpu_rpc: out of memory for the shared region");
-        let words = lock_words(layout.port_count());
         CpuRegion {
             layout,
             base,
             client_locks: (0..client_local_words(layout.port_count()))
                 .map(|_| AtomicU32::new(0))
                 .collect(),
-            server_locks: (0..words).map(|_| AtomicU32::new(0)).collect(),
+            server_locks: ServerLocks::new(layout.port_count()),
         }
     }
 
@@ -92,14 +91,14 @@ impl CpuRegion {
             Server::from_parts(
                 self.layout,
                 Parts::from_region(self.base, self.layout),
-                self.server_locks.as_ptr() as *const _,
+                self.server_locks.as_ptr(),
             )
         }
     }
 
     /// Whether every port is idle and unlocked on both sides (after a run).
     pub fn is_quiescent(&self) -> bool {
-        // SAFETY: the client lock array has `lock_words(port_count)` words.
+        // SAFETY: the client lock array has `client_local_words(port_count)` words.
         let clients =
             unsafe { protocol::client_locks_clear(self.client_locks.as_ptr() as *const _, self.layout.port_count()) };
         clients && self.server().all_idle()
@@ -145,8 +144,8 @@ impl Drop for CpuRegion {
 pub struct Launch {
     /// Client threads (each a one-lane warp).
     pub threads: usize,
-    /// Server threads; each scans its own slice of the ports first, then the
-    /// rest.
+    /// Server threads; each scans its own slice of the ports, and the rest
+    /// when its slice is idle or every few passes.
     pub server_threads: usize,
     /// Ports in the region.
     pub port_count: u32,

@@ -23,7 +23,7 @@
 //! count is chosen at run time by the host (1 ..= [`MAX_PORTS`]).
 //!
 //! Besides that shared region, each side has **local** per-port state: the
-//! server a lock bit per port ([`lock_words`]), the client a nibble per port
+//! server a lock word per port, each on its own cache line ([`ServerLock`]), the client a nibble per port
 //! ([`client_local_words`]: lock, copy of its outbox, "known idle"). On a GPU
 //! the client's lives in device memory, so a read-modify-write never crosses
 //! the bus.
@@ -442,14 +442,68 @@ impl core::fmt::Display for PortSnapshot {
     }
 }
 
-/// `u32` words of side-local lock bits for `port_count` ports.
+/// One port's server-side lock word, alone on its cache line. Server
+/// threads lock and unlock ports on every call; with the bits of 32 ports
+/// packed into one word (as the client packs its own, where one device
+/// atomic must return a port's whole state), the read-modify-writes of every
+/// server thread met on the same line, which moved from core to core twice
+/// per call.
+#[repr(C, align(64))]
+pub struct ServerLock {
+    word: AtomicU32,
+}
+
+// Each lock fills its line exactly (the atomic is 4 bytes outside loom).
+#[cfg(not(loom))]
+const _: () = assert!(core::mem::size_of::<ServerLock>() == 64 && core::mem::align_of::<ServerLock>() == 64);
+
+/// The server side's lock array: one [`ServerLock`] (64 bytes) per port,
+/// zeroed (4 MiB for [`MAX_PORTS`] ports, 32 KiB for 512).
 ///
 /// ```
 /// # use rpc_runtime as gpu_rpc;
-/// assert_eq!(gpu_rpc::protocol::lock_words(33), 2);
+/// use gpu_rpc::protocol::ServerLocks;
+/// let locks = ServerLocks::new(33);
+/// assert_eq!(locks.len(), 33);
+/// assert!(locks.as_ptr() as usize % 64 == 0);
 /// ```
-pub const fn lock_words(port_count: u32) -> usize {
-    port_count.div_ceil(32) as usize
+#[cfg(feature = "std")]
+pub struct ServerLocks(Box<[ServerLock]>);
+
+#[cfg(feature = "std")]
+impl ServerLocks {
+    /// Unlocked locks for `port_count` ports.
+    pub fn new(port_count: u32) -> ServerLocks {
+        ServerLocks(
+            (0..port_count)
+                .map(|_| ServerLock {
+                    word: AtomicU32::new(0),
+                })
+                .collect(),
+        )
+    }
+
+    /// How many ports the array has locks for.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the array has no locks (a region has at least one port).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The first lock, for [`Server::from_parts`].
+    pub fn as_ptr(&self) -> *const ServerLock {
+        self.0.as_ptr()
+    }
+}
+
+#[cfg(feature = "std")]
+impl core::fmt::Debug for ServerLocks {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ServerLocks").field("ports", &self.len()).finish()
+    }
 }
 
 mod private {
@@ -622,14 +676,18 @@ impl<'a, S: Side> Process<'a, S> {
     /// its other state), and the shift of the port's bits in it.
     #[inline(always)]
     fn local_slot(&self, index: u32) -> (&AtomicU32, u32) {
-        let (word, shift) = if S::INVERT {
-            (index / 32, index % 32)
-        } else {
-            (index / CLIENT_PORTS_PER_WORD, 4 * (index % CLIENT_PORTS_PER_WORD))
-        };
-        // SAFETY: the server's array has `lock_words(port_count)` words (one
-        // bit per port), the client's `client_local_words(port_count)` (one
-        // nibble per port); `word` is below either for `index < port_count`.
+        if S::INVERT {
+            // SAFETY: the server's `locks` points to `port_count`
+            // `ServerLock`s (`Server::from_parts`); `index < port_count`.
+            return (
+                unsafe { &(*self.locks.cast::<ServerLock>().add(index as usize)).word },
+                0,
+            );
+        }
+        let (word, shift) = (index / CLIENT_PORTS_PER_WORD, 4 * (index % CLIENT_PORTS_PER_WORD));
+        // SAFETY: the client's array has `client_local_words(port_count)`
+        // words (one nibble per port); `word` is below that for
+        // `index < port_count`.
         (unsafe { &*self.locks.add(word as usize) }, shift)
     }
 
@@ -1062,8 +1120,10 @@ impl<'a> Server<'a> {
     /// A server over `parts`.
     ///
     /// # Safety
-    /// As [`Client::from_parts`], with `locks` used by server threads only.
-    pub unsafe fn from_parts(layout: Layout, parts: Parts, locks: *const AtomicU32) -> Self {
+    /// As [`Client::from_parts`], with `locks` pointing to `port_count`
+    /// zeroed [`ServerLock`]s (a [`ServerLocks`]) used by this region's
+    /// server threads only.
+    pub unsafe fn from_parts(layout: Layout, parts: Parts, locks: *const ServerLock) -> Self {
         Server {
             p: Process {
                 layout,
@@ -1071,7 +1131,7 @@ impl<'a> Server<'a> {
                 outbox: parts.server_outbox,
                 header: parts.headers,
                 packet: parts.packets,
-                locks,
+                locks: locks.cast(),
                 abort: None,
                 _side: PhantomData,
             },
@@ -1112,8 +1172,8 @@ impl<'a> Server<'a> {
     }
 
     /// Find a port in `range` with a call waiting for the server and open it.
-    /// Server threads may scan overlapping ranges: a host-side lock bit keeps
-    /// each port with one thread.
+    /// Server threads may scan overlapping ranges: a host-side lock
+    /// ([`ServerLock`]) keeps each port with one thread.
     pub fn try_open(&self, range: core::ops::Range<u32>) -> Option<Port<'_, 'a, ServerSide, Fresh>> {
         let end = range.end.min(self.p.layout.port_count);
         for index in range.start..end {
@@ -1138,7 +1198,7 @@ impl<'a> Server<'a> {
     }
 
     /// What port `index` looks like from the host right now: both mailboxes,
-    /// the header the client last wrote and this side's lock bit (relaxed
+    /// the header the client last wrote and this side's lock (relaxed
     /// loads, no lock: a diagnostic for a run that stopped making progress;
     /// see [`PortSnapshot`]). The client-local state is not in host memory;
     /// a backend that can read it fills [`PortSnapshot::client`].
@@ -1192,7 +1252,7 @@ impl<'a> Server<'a> {
     }
 
     /// Test support: whether every port is back in its idle state (client owns
-    /// it, no lock bit set on this side).
+    /// it, not locked on this side).
     pub fn all_idle(&self) -> bool {
         (0..self.p.layout.port_count).all(|i| {
             // Relaxed: a quiescent check after all threads joined.

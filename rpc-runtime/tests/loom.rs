@@ -9,7 +9,9 @@
 
 use loom::sync::atomic::AtomicU32;
 use loom::sync::Arc;
-use rpc_runtime::protocol::{client_local_words, Client, Layout, Parts, Server, SharedBuffer, SharedHeader};
+use rpc_runtime::protocol::{
+    client_local_words, Client, Layout, Parts, Server, ServerLocks, SharedBuffer, SharedHeader,
+};
 
 struct Mem {
     client_out: Vec<AtomicU32>,
@@ -17,7 +19,7 @@ struct Mem {
     headers: Vec<SharedHeader>,
     packets: Vec<SharedBuffer>,
     client_locks: Vec<AtomicU32>,
-    server_locks: Vec<AtomicU32>,
+    server_locks: ServerLocks,
     layout: Layout,
 }
 
@@ -30,7 +32,7 @@ impl Mem {
             headers: (0..n).map(|_| SharedHeader::new()).collect(),
             packets: (0..n).map(|_| SharedBuffer::new()).collect(),
             client_locks: (0..client_local_words(ports)).map(|_| AtomicU32::new(0)).collect(),
-            server_locks: vec![AtomicU32::new(0)],
+            server_locks: ServerLocks::new(ports),
             layout: Layout::new(ports, 1).unwrap(),
         })
     }

@@ -5,12 +5,11 @@
 use std::ffi::c_void;
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{result, sys};
 
-use crate::protocol::{client_local_words, lock_words, ClientDesc, Layout, Parts, Server, MAX_PORTS};
+use crate::protocol::{client_local_words, ClientDesc, Layout, Parts, Server, ServerLocks, MAX_PORTS};
 
 use super::*;
 
@@ -398,7 +397,7 @@ pub struct CudaRegion {
     pub(super) layout: Layout,
     shared: PinnedBuffer,
     client_locks: DeviceWords,
-    server_locks: Box<[AtomicU32]>,
+    server_locks: ServerLocks,
     copies: CudaCopies,
 }
 
@@ -429,14 +428,13 @@ impl CudaRegion {
                 "the driver returned a shared region that is not 64-byte aligned",
             ));
         }
-        let words = lock_words(port_count);
         let client_locks = DeviceWords::zeroed(device, client_local_words(port_count) * 4)?;
         Ok(CudaRegion {
             device: device.clone(),
             layout,
             shared,
             client_locks,
-            server_locks: (0..words).map(|_| AtomicU32::new(0)).collect(),
+            server_locks: ServerLocks::new(port_count),
             copies: CudaCopies::new(device, DEFAULT_STAGING_BYTES),
         })
     }
@@ -521,13 +519,13 @@ impl CudaRegion {
         // SAFETY: the region is laid out by `layout`, page-aligned, zeroed at
         // allocation and lives as long as the returned server borrows `self`;
         // the device only touches it through the protocol's atomics. The
-        // server lock array has `lock_words(port_count)` words used by server
+        // server lock array has a `ServerLock` per port, used by server
         // threads only.
         unsafe {
             Server::from_parts(
                 self.layout,
                 Parts::from_region(self.shared.host_ptr(), self.layout),
-                self.server_locks.as_ptr() as *const _,
+                self.server_locks.as_ptr(),
             )
         }
         .with_memory(&self.copies)

@@ -4,10 +4,9 @@
 use std::ffi::c_void;
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU32;
 
 use crate::protocol::{
-    client_local_words, client_locks_released, lock_words, ClientDesc, Layout, Parts, Server, MAX_PORTS,
+    client_local_words, client_locks_released, ClientDesc, Layout, Parts, Server, ServerLocks, MAX_PORTS,
 };
 
 use super::ffi::MemoryPool;
@@ -248,7 +247,7 @@ pub struct HsaRegion {
     pub(super) shared: HsaBuffer,
     pub(super) desc: HsaBuffer,
     pub(super) client_locks: DeviceWords,
-    pub(super) server_locks: Box<[AtomicU32]>,
+    pub(super) server_locks: ServerLocks,
 }
 
 impl fmt::Debug for HsaRegion {
@@ -278,7 +277,6 @@ impl HsaRegion {
                 "the runtime returned a shared region that is not 64-byte aligned",
             ));
         }
-        let words = lock_words(port_count);
         let client_locks = DeviceWords::zeroed(device, client_local_words(port_count))?;
         let desc = HsaBuffer::new(device, std::mem::size_of::<ClientDesc>())?;
         let region = HsaRegion {
@@ -287,7 +285,7 @@ impl HsaRegion {
             shared,
             desc,
             client_locks,
-            server_locks: (0..words).map(|_| AtomicU32::new(0)).collect(),
+            server_locks: ServerLocks::new(port_count),
         };
         let value = region.client_desc();
         // SAFETY: `desc` holds `size_of::<ClientDesc>()` bytes from a pool
@@ -367,13 +365,13 @@ impl HsaRegion {
         // SAFETY: the region is laid out by `layout`, 64-byte aligned, zeroed
         // at allocation and lives as long as the returned server borrows
         // `self`; the GPU touches it only through the protocol's atomics. The
-        // server lock array has `lock_words(port_count)` words used by server
+        // server lock array has a `ServerLock` per port, used by server
         // threads only.
         unsafe {
             Server::from_parts(
                 self.layout,
                 Parts::from_region(self.shared.host_ptr(), self.layout),
-                self.server_locks.as_ptr() as *const _,
+                self.server_locks.as_ptr(),
             )
         }
     }

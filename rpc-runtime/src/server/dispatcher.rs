@@ -142,7 +142,10 @@ impl Dispatcher {
         &self.config
     }
 
-    /// Calls served so far (each warp-call counts once).
+    /// Calls served so far (each warp-call counts once). A server thread
+    /// adds its calls at the end of each pass over its ports, so while a
+    /// kernel runs the count may lack the calls of the passes in progress;
+    /// once the servers are done, it is whole.
     pub fn calls(&self) -> u64 {
         // Relaxed: a statistic.
         self.calls.load(Ordering::Relaxed)
@@ -196,19 +199,28 @@ impl Dispatcher {
         // The pass's metrics, added to the shared counters when the method
         // changes and when the pass ends (the tally's drop, on every return).
         let mut tally = Tally::default();
+        let mut outcome = Ok(());
         while let Some(port) = server.try_open(start..range.end) {
             let near = port.index() - start < CHAIN_CLOCK_PORTS;
             start = port.index() + 1;
             let (r, end) = self.serve_port_from(port, server.memory(), ended.filter(|_| near), &mut tally);
-            r?;
+            if r.is_err() {
+                outcome = r;
+                break;
+            }
             ended = end;
             served += 1;
         }
-        Ok(served)
+        // Relaxed: a statistic. Added once per pass, not per call: every
+        // server thread adding to this one word per call passed its cache
+        // line from core to core.
+        self.calls.fetch_add(served as u64, Ordering::Relaxed);
+        outcome.map(|()| served)
     }
 
     /// The loop of one server thread of a backend: serve ports, its own slice
-    /// first (`thread` of `threads` equal slices), then the others', until
+    /// (`thread` of `threads` equal slices), and the others' when its own is
+    /// idle or every few passes ([`serve_pool`]), until
     /// `done` is set (the kernel is over) and a last pass finds nothing to
     /// do. When a pass finds nothing, the thread waits as the configuration's
     /// [`IdlePolicy`] says (spin, then sleep; each call of this has its own
@@ -248,7 +260,12 @@ impl Dispatcher {
         port: Port<'_, '_, ServerSide, Fresh>,
         memory: Option<&dyn DeviceMemory>,
     ) -> Result<(), Abandoned> {
-        self.serve_port_from(port, memory, None, &mut Tally::default()).0
+        let r = self.serve_port_from(port, memory, None, &mut Tally::default()).0;
+        if r.is_ok() {
+            // Relaxed: a statistic.
+            self.calls.fetch_add(1, Ordering::Relaxed);
+        }
+        r
     }
 
     /// [`serve_port`](Self::serve_port) whose metrics time the call from

@@ -15,9 +15,20 @@ pub struct Served<'r, 'a> {
     pub done: &'r AtomicBool,
 }
 
+/// How often a server thread whose own slice of a region's ports keeps it
+/// busy still looks at the other threads' slices: every this many passes
+/// (a thread whose slice had nothing pending looks every pass). Threads that
+/// scanned each other's ports on every pass met on the same ports and passed
+/// the mailbox lines back and forth, while the owner would have served them
+/// a moment later; looking now and then still bounds how long the ports of a
+/// thread held up in a slow host method wait for another thread.
+pub(crate) const STEAL_EVERY_PASSES: u32 = 8;
+
 /// The loop of one thread of a server pool over several regions (several
 /// devices, or several launches on one): each pass serves every region still
-/// running, this thread's slice of its ports first. A region leaves the pool
+/// running, this thread's slice of its ports first, then, when the slice had
+/// nothing pending or every `STEAL_EVERY_PASSES` (8) passes, the other
+/// threads' slices. A region leaves the pool
 /// when its kernel is over and a pass finds nothing pending, or when a wait
 /// on it was abandoned; that does not stop the others. Returns each region's
 /// outcome, in order: the warp-calls this thread served on it (a run's own
@@ -44,8 +55,10 @@ pub fn serve_pool(regions: &[Served<'_, '_>], thread: u32, threads: u32, idle: &
     let mut outcome: Vec<Option<Result<u64, Abandoned>>> = regions.iter().map(|_| None).collect();
     let mut counts: Vec<u64> = regions.iter().map(|_| 0).collect();
     let mut backoff = IdleBackoff::new(idle.policy(), thread, std::time::Instant::now());
+    let mut passes: u32 = 0;
     while outcome.iter().any(Option::is_none) {
         let mut served = 0;
+        passes = passes.wrapping_add(1);
         for ((r, out), count) in regions.iter().zip(outcome.iter_mut()).zip(counts.iter_mut()) {
             if out.is_some() {
                 continue;
@@ -59,7 +72,7 @@ pub fn serve_pool(regions: &[Served<'_, '_>], thread: u32, threads: u32, idle: &
             let finished = r.done.load(Ordering::Acquire);
             let pass = (|| {
                 let mut n = r.dispatcher.poll(r.server, lo..hi)?;
-                if threads > 1 {
+                if looks_at_others(threads, n, passes) {
                     n += r.dispatcher.poll(r.server, hi..ports)? + r.dispatcher.poll(r.server, 0..lo)?;
                 }
                 Ok(n)
@@ -76,4 +89,30 @@ pub fn serve_pool(regions: &[Served<'_, '_>], thread: u32, threads: u32, idle: &
         idle::after_pass(idle, &mut backoff, served);
     }
     outcome.into_iter().map(|o| o.expect("every region finished")).collect()
+}
+
+/// Whether a pass of one of `threads` server threads, which served `own`
+/// calls in its own slice, goes on to the other threads' slices (see
+/// `STEAL_EVERY_PASSES`).
+fn looks_at_others(threads: u32, own: usize, pass: u32) -> bool {
+    threads > 1 && (own == 0 || pass.is_multiple_of(STEAL_EVERY_PASSES))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread whose slice is idle helps the others on every pass; one
+    /// kept busy by its own slice still looks at theirs once every
+    /// `STEAL_EVERY_PASSES` passes, so a thread held up in a slow host method
+    /// never leaves its ports unserved for long; a lone thread has no others.
+    #[test]
+    fn busy_threads_look_at_other_slices_now_and_then() {
+        assert!((0..100).all(|pass| looks_at_others(4, 0, pass)));
+        let looks = (1..=8 * STEAL_EVERY_PASSES)
+            .filter(|&pass| looks_at_others(4, 3, pass))
+            .count();
+        assert_eq!(looks, 8);
+        assert!(!(0..100).any(|pass| looks_at_others(1, 0, pass)));
+    }
 }

@@ -416,8 +416,6 @@ impl Dispatcher {
         for e in std::mem::take(&mut call.errors) {
             self.record(e);
         }
-        // Relaxed: a statistic.
-        self.calls.fetch_add(1, Ordering::Relaxed);
         let mut ok_lanes = 0u64;
         for lane in iter_lanes(lanes) {
             let l = lane as usize;
