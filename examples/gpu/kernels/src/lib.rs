@@ -199,4 +199,68 @@ mod nvptx {
             while theirs.load(Ordering::Acquire) != i {}
         }
     }
+
+    /// [`pingpong_kernel`] with the steps of a protocol call added one at a
+    /// time (`steps`, bits of `STEP_*` in gpu_bench), to see what each costs
+    /// on the GPU's side: `1` writes two payload words on another line before
+    /// the flag (as a call's frame and argument), `2` reads a reply word on a
+    /// third line after seeing the host's flag (as a call's return value),
+    /// `4` takes and releases a lock word in device memory around each round
+    /// trip (as a port's lock, with the protocol's GPU-scope fences). Layout
+    /// of `words` (64 mapped `u32`s): 0 the GPU's flag, 16 the host's, 32..36
+    /// the payload, 48..50 the reply; the GPU counts wrong replies in word 60.
+    ///
+    /// # Safety
+    /// `words` points to 64 mapped `u32`s, 8-byte aligned.
+    #[no_mangle]
+    pub unsafe extern "ptx-kernel" fn pingpong_steps_kernel(
+        _desc: ClientDesc,
+        words: *const AtomicU32,
+        iters: u32,
+        steps: u32,
+    ) {
+        use core::sync::atomic::AtomicU64;
+        static LOCK: AtomicU32 = AtomicU32::new(0);
+        // SAFETY: 64 live words, 8-byte aligned; words 32.. and 48.. are
+        // 8-byte aligned pairs.
+        let (mine, theirs, payload, reply, wrong) = unsafe {
+            (
+                &*words,
+                &*words.add(16),
+                &*(words.add(32) as *const [AtomicU64; 2]),
+                &*(words.add(48) as *const AtomicU64),
+                &*words.add(60),
+            )
+        };
+        let mut bad = 0;
+        for i in 1..=iters {
+            if steps & 4 != 0 {
+                // Relaxed RMW (NVPTX drops orderings on RMWs): the fence
+                // below orders, as the protocol's `try_lock`.
+                while LOCK.fetch_or(1, Ordering::Relaxed) & 1 != 0 {}
+                // SAFETY: a fence instruction.
+                unsafe { core::arch::asm!("fence.acq_rel.gpu;", options(nostack, preserves_flags)) };
+            }
+            if steps & 1 != 0 {
+                // Relaxed: published by the release store of the flag.
+                payload[0].store(i as u64, Ordering::Relaxed);
+                payload[1].store(!(i as u64), Ordering::Relaxed);
+            }
+            // Release: the payload is visible before the flag.
+            mine.store(i, Ordering::Release);
+            // Relaxed polls, then an acquire fence: as the protocol's wait.
+            while theirs.load(Ordering::Relaxed) != i {}
+            core::sync::atomic::fence(Ordering::Acquire);
+            if steps & 2 != 0 && reply.load(Ordering::Relaxed) != i as u64 + 1 {
+                bad += 1;
+            }
+            if steps & 4 != 0 {
+                // SAFETY: a fence instruction (the protocol's `unlock`).
+                unsafe { core::arch::asm!("fence.acq_rel.gpu;", options(nostack, preserves_flags)) };
+                LOCK.fetch_and(!1, Ordering::Relaxed);
+            }
+        }
+        // Relaxed: read after the kernel ends.
+        wrong.store(bad, Ordering::Relaxed);
+    }
 }

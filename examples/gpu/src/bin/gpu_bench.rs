@@ -3,7 +3,10 @@
 //!
 //! 1. `null`: one-lane round trip on one port (runtime no-op and the
 //!    generated `Bench::incr`), and one full warp, against a raw ping-pong of
-//!    two words over the same kind of pinned mapped memory (the floor);
+//!    two words over the same kind of pinned mapped memory (the floor) and
+//!    that ping-pong with a call's steps added one at a time (payload words,
+//!    a reply word read back, a device-memory lock): where the GPU's side of
+//!    a call goes;
 //! 2. `contention`: all SMs × warps making round-trip calls, over port counts
 //!    and server threads, against one warp alone;
 //! 3. `bandwidth`: `Bench::sink(&[u8])` (device to host) and
@@ -137,6 +140,84 @@ fn pingpong(dev: &CudaDevice, module: &Module, iters: u32) -> f64 {
     kernel_secs(&r) / iters as f64
 }
 
+/// Steps of a call that `pingpong_steps_kernel` adds to the ping-pong, one
+/// bit each: two payload words written before the flag, a reply word read
+/// after it, a lock in device memory around the round trip.
+const STEP_PAYLOAD: u32 = 1;
+/// See [`STEP_PAYLOAD`].
+const STEP_REPLY: u32 = 2;
+/// See [`STEP_PAYLOAD`].
+const STEP_LOCK: u32 = 4;
+
+/// The ping-pong with `steps` of a call added (see `pingpong_steps_kernel`);
+/// the host mirror checks the payload and writes the reply, the GPU checks
+/// the reply. Returns seconds per round trip.
+fn pingpong_steps(dev: &CudaDevice, module: &Module, iters: u32, steps: u32) -> f64 {
+    use std::sync::atomic::AtomicU64;
+    let kernel = module.kernel("pingpong_steps_kernel").unwrap();
+    let words = PinnedBuffer::new(dev, 256).unwrap();
+    let host = words.host_ptr() as usize;
+    let d = Dispatcher::new(ServerConfig::default());
+    let mirror = std::thread::spawn(move || {
+        // SAFETY: the buffer (256 bytes, page-aligned) outlives this thread
+        // (joined below); the words are the kernel's layout, atomics shared
+        // with the GPU.
+        let (gpu, mine, payload, reply) = unsafe {
+            (
+                &*(host as *const AtomicU32),
+                &*((host + 64) as *const AtomicU32),
+                &*((host + 128) as *const [AtomicU64; 2]),
+                &*((host + 192) as *const AtomicU64),
+            )
+        };
+        let mut bad = 0u32;
+        for i in 1..=iters {
+            // Acquire: pairs with the GPU's release store.
+            while gpu.load(Ordering::Acquire) != i {
+                std::hint::spin_loop();
+            }
+            if steps & STEP_PAYLOAD != 0 {
+                // Relaxed: ordered by the acquire load above.
+                let (a, b) = (payload[0].load(Ordering::Relaxed), payload[1].load(Ordering::Relaxed));
+                bad += (a != i as u64 || b != !(i as u64)) as u32;
+            }
+            if steps & STEP_REPLY != 0 {
+                // Relaxed: published by the release store below.
+                reply.store(i as u64 + 1, Ordering::Relaxed);
+            }
+            // Release: as the protocol's outbox flip.
+            mine.store(i, Ordering::Release);
+        }
+        bad
+    });
+    let cfg = Launch {
+        grid: (1, 1, 1),
+        block: (1, 1, 1),
+        port_count: 1,
+        ..Launch::default()
+    };
+    let r = launch(
+        &kernel,
+        &cfg,
+        &d,
+        &[
+            KernelArg::Ptr(words.device_ptr()),
+            KernelArg::U32(iters),
+            KernelArg::U32(steps),
+        ],
+    )
+    .unwrap();
+    let host_bad = mirror.join().unwrap();
+    // SAFETY: the kernel is over; word 60 is the GPU's count of wrong replies.
+    let gpu_bad = unsafe { (*((host + 240) as *const AtomicU32)).load(Ordering::Relaxed) };
+    assert_eq!(
+        (host_bad, gpu_bad),
+        (0, 0),
+        "wrong payloads / replies with steps {steps:#b}"
+    );
+    kernel_secs(&r) / iters as f64
+}
+
 /// Seconds per call of a counting kernel with `threads` threads in one block.
 /// Seconds per round trip of `kernel` (whose threads start at `start`).
 fn per_call(dev: &CudaDevice, kernel: &Kernel<'_>, start: fn(u64) -> u64, threads: u32, iters: u32) -> f64 {
@@ -171,20 +252,31 @@ fn null(dev: &CudaDevice, module: &Module) {
     pingpong(dev, module, 1000);
     // The workloads alternate within each repetition, so a slow moment of
     // the machine falls on all of them alike.
-    let mut runs: [Vec<f64>; 5] = Default::default();
+    let mut runs: [Vec<f64>; 8] = Default::default();
     for _ in 0..REPS {
         runs[0].push(pingpong(dev, module, iters));
         runs[1].push(per_call(dev, &noop, noop_start, 1, iters));
         runs[2].push(per_call(dev, &incr, incr_start, 1, iters));
         runs[3].push(per_call(dev, &noop, noop_start, 32, iters / 4));
         runs[4].push(per_call(dev, &incr, incr_start, 32, iters / 4));
+        runs[5].push(pingpong_steps(dev, module, iters, STEP_PAYLOAD));
+        runs[6].push(pingpong_steps(dev, module, iters, STEP_PAYLOAD | STEP_REPLY));
+        runs[7].push(pingpong_steps(
+            dev,
+            module,
+            iters,
+            STEP_PAYLOAD | STEP_REPLY | STEP_LOCK,
+        ));
     }
-    let [floor, one, one_incr, warp, warp_incr] = runs.map(|mut v| spread(&mut v));
+    let [floor, one, one_incr, warp, warp_incr, payload, reply, lock] = runs.map(|mut v| spread(&mut v));
     println!("\n### 1. Null round trip (one port, one host server thread, {iters} calls, {REPS} launches each)\n");
     println!("| workload | µs per call, median [min, max] | × floor (medians) |");
     println!("|---|---:|---:|");
     for (name, (m, lo, hi)) in [
         ("raw ping-pong of two words (floor)", floor),
+        ("  + two payload words written before the flag", payload),
+        ("  + a reply word read after the host's flag", reply),
+        ("  + a lock in device memory around it", lock),
         ("runtime no-op, 1 lane", one),
         ("generated `Bench::incr`, 1 lane", one_incr),
         ("runtime no-op, 1 warp (32 lanes)", warp),
