@@ -5,7 +5,9 @@
 //!
 //! `cargo bench --bench host` (a plain bench binary: it prints Markdown
 //! tables; `-- --quick` runs fewer calls, `-- --only TEXT` only the rows
-//! whose workload names `TEXT`, e.g. for `perf record`). Two modes:
+//! whose workload names `TEXT`, e.g. for `perf record`, `-- --batch` only
+//! the batch rows, e.g. to count instructions under `valgrind --tool=callgrind`,
+//! where the threaded rows' spinning threads would take hours). Two modes:
 //!
 //! * **batch**: the device fills every port with a call, then one
 //!   `Dispatcher::poll` over the ports serves them all; the time of the poll
@@ -284,6 +286,9 @@ fn main() {
         println!("| nothing pending (scan) | 32 | {ports} | on | {m:.1} [{lo:.1}, {hi:.1}] per port | |");
     }
 
+    if args.iter().any(|a| a == "--batch") {
+        return;
+    }
     let calls = if quick { 20_000 } else { 400_000 };
     println!("\nThreaded: a device thread keeps the ports busy, one server thread, {calls} warp-calls of 32 lanes\n");
     println!("| workload | ports | M warp-calls/s | ns per warp-call |");

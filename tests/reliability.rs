@@ -51,7 +51,7 @@ struct Host {
 impl Rel for Arc<Host> {
     fn add(&self, a: u64, b: u64) -> u64 {
         self.adds.fetch_add(1, Ordering::Relaxed);
-        a + b
+        a.checked_add(b).expect("add overflowed")
     }
     fn print(&self, s: &str) -> u64 {
         self.printed.lock().unwrap().push(s.to_string());
@@ -503,6 +503,46 @@ fn lying_inline_streams_are_refused() {
     );
     assert_eq!(serve_once(&d, &region), Ok(1));
     assert_eq!((dev.status(0, 0), dev.read(0, 0).data[1]), (Status::Ok, 5));
+}
+
+/// A warp-call whose host method panics on one lane: that lane alone is
+/// answered `HandlerPanicked` (one error naming the method, the panic and the
+/// lane), the lanes before and after it get their results, and the port
+/// serves the next call.
+#[test]
+fn a_panic_on_one_lane_leaves_the_other_lanes_answered() {
+    let (d, host) = dispatcher();
+    let region = CpuRegion::new(Layout::new(1, 4).unwrap());
+    let dev = raw_device(&region);
+    let args = |a: u64, b: u64| {
+        let mut block = [0u8; 16];
+        block[..8].copy_from_slice(&a.to_le_bytes());
+        block[8..].copy_from_slice(&b.to_le_bytes());
+        frame(RelRpc::ADD.frame_word().pack(), &block)
+    };
+    let lanes = [
+        (0, args(1, 2)),
+        (1, args(u64::MAX, 1)),
+        (2, args(3, 4)),
+        (3, args(5, 6)),
+    ];
+    for round in 0..2 {
+        dev.inject(0, RelRpc::ADD.opcode, 0b1111, &lanes);
+        assert_eq!(serve_once(&d, &region), Ok(1));
+        let got: Vec<(Status, u64)> = (0..4).map(|l| (dev.status(0, l), dev.read(0, l).data[1])).collect();
+        assert_eq!(got[0], (Status::Ok, 3));
+        assert_eq!(got[1].0, Status::HandlerPanicked);
+        assert_eq!(got[2], (Status::Ok, 7));
+        assert_eq!(got[3], (Status::Ok, 11));
+        let errors = d.errors();
+        assert_eq!(errors.len(), round + 1);
+        assert_eq!(
+            (errors[round].lane, errors[round].status),
+            (Some(1), Status::HandlerPanicked)
+        );
+        assert_has(&errors[round].message, &["Rel::add panicked", "add overflowed"]);
+    }
+    assert_eq!(host.adds.load(Ordering::Relaxed), 8);
 }
 
 /// Lanes that say their slice goes by address ([the direct path]) are

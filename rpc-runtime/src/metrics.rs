@@ -56,7 +56,12 @@ pub(crate) struct CallRecord {
 
 impl CallRecord {
     pub(crate) fn lane(&mut self, status: Status) {
-        self.by_status[status_slot(status)] += 1;
+        self.lanes(status, 1);
+    }
+
+    /// `n` lanes answered `status`.
+    pub(crate) fn lanes(&mut self, status: Status, n: u32) {
+        self.by_status[status_slot(status)] += n;
     }
 }
 

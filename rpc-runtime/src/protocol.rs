@@ -831,26 +831,19 @@ impl<'a, S: Side> Process<'a, S> {
     }
 
     /// Word `w` of lane `lane`'s buffer of port `index` (this side owns it).
+    #[cfg(loom)]
     #[inline(always)]
     fn read_word(&self, index: u32, lane: u32, w: usize) -> u64 {
-        // Relaxed: the acquire fence after the ownership check orders this
-        // load after the other side's stores.
-        #[cfg(not(loom))]
-        return self.word(index, lane, w).load(Ordering::Relaxed);
         // SAFETY: this side owns the buffer (loom checks that claim).
-        #[cfg(loom)]
-        return self.lane_buffer(index, lane).data.with(|p| unsafe { (*p)[w] });
+        self.lane_buffer(index, lane).data.with(|p| unsafe { (*p)[w] })
     }
 
     /// Store `v` as word `w` of lane `lane`'s buffer of port `index` (this
     /// side owns it).
+    #[cfg(loom)]
     #[inline(always)]
     fn write_word(&self, index: u32, lane: u32, w: usize, v: u64) {
-        // Relaxed: the release fence in `invert_outbox` publishes this store.
-        #[cfg(not(loom))]
-        self.word(index, lane, w).store(v, Ordering::Relaxed);
         // SAFETY: this side owns the buffer (loom checks that claim).
-        #[cfg(loom)]
         self.lane_buffer(index, lane).data.with_mut(|p| unsafe { (*p)[w] = v });
     }
 
@@ -867,6 +860,21 @@ impl<'a, S: Side> Process<'a, S> {
         self.lane_buffer(index, lane)
             .data
             .with_mut(|p| unsafe { (&mut *p)[..words].copy_from_slice(&b.data[..words]) });
+    }
+
+    /// Word `w` of every lane's buffer of port `index` (this side owns
+    /// the port): where each lane's word lies is found once per row.
+    #[inline(always)]
+    fn word_row(&self, index: u32, w: usize) -> WordRow<'_, 'a, S> {
+        debug_assert!(w < BUFFER_WORDS);
+        #[cfg(not(loom))]
+        return WordRow {
+            first: self.word(index, 0, w),
+            lanes: self.layout.lane_size,
+            _p: PhantomData,
+        };
+        #[cfg(loom)]
+        return WordRow { p: self, index, w };
     }
 
     /// Word `word` of lane `lane`'s buffer of port `index`. Packets are laid
@@ -1700,6 +1708,86 @@ impl<'p, 'a, St: ServerCanRecv> Port<'p, 'a, ServerSide, St> {
     }
 }
 
+/// Word `w` of every lane's buffer of one port, for the side that owns the
+/// port ([`Process::word_row`]): the lanes' words lie in a row
+/// (word-major packets), so the row's start is computed once.
+struct WordRow<'r, 'a, S: Side> {
+    #[cfg(not(loom))]
+    first: &'r AtomicU64,
+    #[cfg(not(loom))]
+    lanes: u32,
+    #[cfg(not(loom))]
+    _p: PhantomData<&'r Process<'a, S>>,
+    #[cfg(loom)]
+    p: &'r Process<'a, S>,
+    #[cfg(loom)]
+    index: u32,
+    #[cfg(loom)]
+    w: usize,
+}
+
+impl<S: Side> WordRow<'_, '_, S> {
+    /// Lane `lane`'s word.
+    ///
+    /// # Safety
+    /// `lane` is a lane of the layout (below `lane_size`).
+    #[inline(always)]
+    unsafe fn read(&self, lane: u32) -> u64 {
+        #[cfg(not(loom))]
+        {
+            debug_assert!(lane < self.lanes);
+            // SAFETY: the row holds `lane_size` consecutive words starting
+            // at `first` (`Process::word`), and `lane < lane_size` (the
+            // caller's promise).
+            let word = unsafe { &*(self.first as *const AtomicU64).add(lane as usize) };
+            // Relaxed: the acquire fence after the ownership check orders
+            // this load after the other side's stores.
+            word.load(Ordering::Relaxed)
+        }
+        #[cfg(loom)]
+        self.p.read_word(self.index, lane, self.w)
+    }
+
+    /// Store `v` as lane `lane`'s word.
+    ///
+    /// # Safety
+    /// As for [`read`](Self::read).
+    #[inline(always)]
+    unsafe fn write(&self, lane: u32, v: u64) {
+        #[cfg(not(loom))]
+        {
+            debug_assert!(lane < self.lanes);
+            // SAFETY: as in `read`.
+            let word = unsafe { &*(self.first as *const AtomicU64).add(lane as usize) };
+            // Relaxed: the release fence in `invert_outbox` publishes it.
+            word.store(v, Ordering::Relaxed);
+        }
+        #[cfg(loom)]
+        self.p.write_word(self.index, lane, self.w, v)
+    }
+}
+
+/// One lane's word of a [`WordRow`], the lane checked to be the layout's
+/// (only `each_word` makes one).
+struct LaneWord<'w, 'r, 'a> {
+    row: &'w WordRow<'r, 'a, ServerSide>,
+    lane: u32,
+}
+
+impl LaneWord<'_, '_, '_> {
+    #[inline(always)]
+    fn read(&self) -> u64 {
+        // SAFETY: `each_word` made this for a lane of the layout.
+        unsafe { self.row.read(self.lane) }
+    }
+
+    #[inline(always)]
+    fn write(&self, v: u64) {
+        // SAFETY: as in `read`.
+        unsafe { self.row.write(self.lane, v) }
+    }
+}
+
 /// Per-lane byte streams received by [`Port::recv_n_vec`] (index = lane).
 #[cfg(feature = "std")]
 pub type LaneBytes = std::vec::Vec<Option<std::vec::Vec<u8>>>;
@@ -1709,10 +1797,15 @@ impl<'p, 'a, St: State> Port<'p, 'a, ServerSide, St> {
     /// lane's buffer, in the packet area's own order: word by word, the
     /// lanes in order within each word (the server's hot path reads and
     /// writes single words; no `Buffer` is built per lane).
+    /// Each word's row of lanes is found once (a per-lane address
+    /// computation the closure's stores kept the compiler from hoisting).
     #[inline(always)]
-    fn each_word(&self, words: core::ops::Range<usize>, mut use_: impl FnMut(u32, usize)) {
+    fn each_word(&self, words: core::ops::Range<usize>, mut use_: impl FnMut(u32, usize, &LaneWord<'_, '_, 'a>)) {
         for w in words.start..words.end.min(BUFFER_WORDS) {
-            self.for_each_lane(|_, _, lane| use_(lane, w));
+            let row = self.p.word_row(self.index, w);
+            // `for_each_lane` yields the lanes of `lanes()`, which masks
+            // the peer's lanes to the layout's: each is below `lane_size`.
+            self.for_each_lane(|_, _, lane| use_(lane, w, &LaneWord { row: &row, lane }));
         }
     }
 }
@@ -1728,7 +1821,7 @@ impl<'p, 'a, St: ServerCanRecv> Port<'p, 'a, ServerSide, St> {
         mut use_: impl FnMut(u32, usize, u64),
     ) -> Result<Port<'p, 'a, ServerSide, Received>, Abandoned> {
         self.take_next()?;
-        self.each_word(words, |lane, w| use_(lane, w, self.p.read_word(self.index, lane, w)));
+        self.each_word(words, |lane, w, word| use_(lane, w, word.read()));
         let out = self.out;
         Ok(self.into_state(out))
     }
@@ -1747,7 +1840,7 @@ impl<'p, 'a> Port<'p, 'a, ServerSide, Received> {
     /// words `words` of each lane's buffer, as [`recv_each_word`](Self::recv_each_word).
     #[inline]
     pub fn reread_each_word(&self, words: core::ops::Range<usize>, mut use_: impl FnMut(u32, usize, u64)) {
-        self.each_word(words, |lane, w| use_(lane, w, self.p.read_word(self.index, lane, w)));
+        self.each_word(words, |lane, w, word| use_(lane, w, word.read()));
     }
 
     /// Receive further packets (the same count for every lane; the server
@@ -1796,9 +1889,7 @@ impl<'p, 'a, St: ServerCanSend> Port<'p, 'a, ServerSide, St> {
         if !St::OWNS {
             self.wait()?;
         }
-        self.each_word(0..words, |lane, w| {
-            self.p.write_word(self.index, lane, w, value(lane, w))
-        });
+        self.each_word(0..words, |lane, w, word| word.write(value(lane, w)));
         self.out = self.p.invert_outbox(self.lane_mask, self.index, self.out);
         let out = self.out;
         Ok(self.into_state(out))

@@ -416,19 +416,20 @@ impl Dispatcher {
         for e in std::mem::take(&mut call.errors) {
             self.record(e);
         }
-        let mut ok_lanes = 0u64;
-        for lane in iter_lanes(lanes) {
-            let l = lane as usize;
-            record.lane(call.status[l]);
-            ok_lanes += (call.status[l] == Status::Ok) as u64;
-            if streamed {
-                let ins: u64 = (0..n_in).map(|i| lens_of(call.blocks.get(lane), i)).sum();
-                record.bytes_in += ins;
-                if frame.reply && call.status[l] == Status::Ok {
-                    let outs: usize = call.outs.borrow()[l].iter().map(Vec::len).sum::<usize>()
-                        + call.loan.as_ref().map_or(0, |x| x.out_bytes(lane));
-                    record.bytes_out += outs as u64;
-                }
+        // The lanes still `Ok` are counted at once (`call.ok`: every lane
+        // whose status changed since the checks went through `fail`).
+        let ok_lanes = call.ok.count_ones() as u64;
+        record.lanes(Status::Ok, ok_lanes as u32);
+        for lane in iter_lanes(lanes & !call.ok) {
+            record.lane(call.status[lane as usize]);
+        }
+        for lane in iter_lanes(with_streams) {
+            let ins: u64 = (0..n_in).map(|i| lens_of(call.blocks.get(lane), i)).sum();
+            record.bytes_in += ins;
+            if frame.reply && call.ok & 1 << lane != 0 {
+                let outs: usize = call.outs.borrow()[lane as usize].iter().map(Vec::len).sum::<usize>()
+                    + call.loan.as_ref().map_or(0, |x| x.out_bytes(lane));
+                record.bytes_out += outs as u64;
             }
         }
         record.bytes_in += lanes.count_ones() as u64 * (8 + block_len as u64);
