@@ -103,13 +103,25 @@ fn kernel_secs(r: &gpu_rpc::cuda::Report) -> f64 {
     r.kernel_time.unwrap_or(r.elapsed).as_secs_f64()
 }
 
+/// Launch one of the ping-pong kernels as one thread (with a port it does
+/// not use: they talk over their own words).
+fn launch_one_thread(kernel: &Kernel<'_>, args: &[KernelArg]) -> gpu_rpc::cuda::Report {
+    let d = Dispatcher::new(ServerConfig::default());
+    let cfg = Launch {
+        grid: (1, 1, 1),
+        block: (1, 1, 1),
+        port_count: 1,
+        ..Launch::default()
+    };
+    launch(kernel, &cfg, &d, args).unwrap()
+}
+
 /// Raw ping-pong: the GPU thread writes word 0 and waits for word 16; this
 /// thread mirrors it. Returns seconds per round trip.
 fn pingpong(dev: &CudaDevice, module: &Module, iters: u32) -> f64 {
     let kernel = module.kernel("pingpong_kernel").unwrap();
     let words = PinnedBuffer::new(dev, 128).unwrap();
     let host = words.host_ptr() as usize;
-    let d = Dispatcher::new(ServerConfig::default());
     let mirror = std::thread::spawn(move || {
         // SAFETY: the buffer outlives this thread (joined below); words 0 and
         // 16 are 4-byte aligned atomics shared with the GPU.
@@ -123,19 +135,7 @@ fn pingpong(dev: &CudaDevice, module: &Module, iters: u32) -> f64 {
             mine.store(i, Ordering::Release);
         }
     });
-    let cfg = Launch {
-        grid: (1, 1, 1),
-        block: (1, 1, 1),
-        port_count: 1,
-        ..Launch::default()
-    };
-    let r = launch(
-        &kernel,
-        &cfg,
-        &d,
-        &[KernelArg::Ptr(words.device_ptr()), KernelArg::U32(iters)],
-    )
-    .unwrap();
+    let r = launch_one_thread(&kernel, &[KernelArg::Ptr(words.device_ptr()), KernelArg::U32(iters)]);
     mirror.join().unwrap();
     kernel_secs(&r) / iters as f64
 }
@@ -157,7 +157,6 @@ fn pingpong_steps(dev: &CudaDevice, module: &Module, iters: u32, steps: u32) -> 
     let kernel = module.kernel("pingpong_steps_kernel").unwrap();
     let words = PinnedBuffer::new(dev, 256).unwrap();
     let host = words.host_ptr() as usize;
-    let d = Dispatcher::new(ServerConfig::default());
     let mirror = std::thread::spawn(move || {
         // SAFETY: the buffer (256 bytes, page-aligned) outlives this thread
         // (joined below); the words are the kernel's layout, atomics shared
@@ -190,23 +189,14 @@ fn pingpong_steps(dev: &CudaDevice, module: &Module, iters: u32, steps: u32) -> 
         }
         bad
     });
-    let cfg = Launch {
-        grid: (1, 1, 1),
-        block: (1, 1, 1),
-        port_count: 1,
-        ..Launch::default()
-    };
-    let r = launch(
+    let r = launch_one_thread(
         &kernel,
-        &cfg,
-        &d,
         &[
             KernelArg::Ptr(words.device_ptr()),
             KernelArg::U32(iters),
             KernelArg::U32(steps),
         ],
-    )
-    .unwrap();
+    );
     let host_bad = mirror.join().unwrap();
     // SAFETY: the kernel is over; word 60 is the GPU's count of wrong replies.
     let gpu_bad = unsafe { (*((host + 240) as *const AtomicU32)).load(Ordering::Relaxed) };
