@@ -23,10 +23,10 @@
 //! count is chosen at run time by the host (1 ..= [`MAX_PORTS`]).
 //!
 //! Besides that shared region, each side has **local** per-port state: the
-//! server a lock word per port, each on its own cache line ([`ServerLock`]), the client a nibble per port
-//! ([`client_local_words`]: lock, copy of its outbox, "known idle"). On a GPU
-//! the client's lives in device memory, so a read-modify-write never crosses
-//! the bus.
+//! server a lock word per port, each on its own cache line ([`ServerLock`]),
+//! the client a nibble per port ([`client_local_words`]: lock, copy of its
+//! outbox, "known idle"). On a GPU the client's lives in device memory, so a
+//! read-modify-write never crosses the bus.
 //!
 //! # The invariant
 //!

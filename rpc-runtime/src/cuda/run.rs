@@ -36,9 +36,10 @@ pub struct Launch {
     /// [`DEFAULT_PORT_COUNT`].
     pub port_count: u32,
     /// Host server threads; each scans its own slice of the ports, and the
-    /// rest when its slice is idle or every few passes. Default 2: a server thread serves one port's call to its end
-    /// (a slow handler, or a client slow to send its next packet, holds it),
-    /// so with one thread nothing else is served meanwhile.
+    /// rest when its slice is idle or every few passes. Default 2: a server
+    /// thread serves one port's call to its end (a slow handler, or a client
+    /// slow to send its next packet, holds it), so with one thread nothing
+    /// else is served meanwhile.
     pub server_threads: usize,
 }
 

@@ -181,16 +181,17 @@ mod nvptx {
     }
 
     /// ping-pong a counter over pinned mapped memory, with no protocol.
-    /// `words[0]` is written by the GPU, `words[16]` (another cache line) by
-    /// the host. The descriptor is unused (the launcher passes one to every
-    /// kernel).
+    /// The GPU writes `words[GPU_FLAG]`, the host `words[HOST_FLAG]` (another
+    /// cache line; `gpu_example_services::pingpong`). The descriptor is
+    /// unused (the launcher passes one to every kernel).
     ///
     /// # Safety
-    /// `words` points to 32 mapped `u32`s.
+    /// `words` points to `pingpong::WORDS` mapped `u32`s.
     #[no_mangle]
     pub unsafe extern "ptx-kernel" fn pingpong_kernel(_desc: ClientDesc, words: *const AtomicU32, iters: u32) {
-        // SAFETY: 32 live words.
-        let (mine, theirs) = unsafe { (&*words, &*words.add(16)) };
+        use gpu_example_services::pingpong::{GPU_FLAG, HOST_FLAG};
+        // SAFETY: `WORDS` live words.
+        let (mine, theirs) = unsafe { (&*words.add(GPU_FLAG), &*words.add(HOST_FLAG)) };
         for i in 1..=iters {
             // Release: the host's acquire load of this word sees it after any
             // earlier writes (none here; kept for a like-for-like protocol).
@@ -201,17 +202,12 @@ mod nvptx {
     }
 
     /// [`pingpong_kernel`] with the steps of a protocol call added one at a
-    /// time (`steps`, bits of `STEP_*` in gpu_bench), to see what each costs
-    /// on the GPU's side: `1` writes two payload words on another line before
-    /// the flag (as a call's frame and argument), `2` reads a reply word on a
-    /// third line after seeing the host's flag (as a call's return value),
-    /// `4` takes and releases a lock word in device memory around each round
-    /// trip (as a port's lock, with the protocol's GPU-scope fences). Layout
-    /// of `words` (64 mapped `u32`s): 0 the GPU's flag, 16 the host's, 32..36
-    /// the payload, 48..50 the reply; the GPU counts wrong replies in word 60.
+    /// time (`steps`, the `STEP_*` bits of `gpu_example_services::pingpong`,
+    /// which also lays out `words`), to see what each costs on the GPU's
+    /// side. The GPU counts wrong replies in `words[WRONG]`.
     ///
     /// # Safety
-    /// `words` points to 64 mapped `u32`s, 8-byte aligned.
+    /// `words` points to `pingpong::WORDS` mapped `u32`s, 8-byte aligned.
     #[no_mangle]
     pub unsafe extern "ptx-kernel" fn pingpong_steps_kernel(
         _desc: ClientDesc,
@@ -220,28 +216,29 @@ mod nvptx {
         steps: u32,
     ) {
         use core::sync::atomic::AtomicU64;
+        use gpu_example_services::pingpong::*;
         static LOCK: AtomicU32 = AtomicU32::new(0);
-        // SAFETY: 64 live words, 8-byte aligned; words 32.. and 48.. are
-        // 8-byte aligned pairs.
+        // SAFETY: `WORDS` live words, 8-byte aligned; `PAYLOAD` and `REPLY`
+        // are even indices (8-byte aligned `u64`s) with room for 2 and 1.
         let (mine, theirs, payload, reply, wrong) = unsafe {
             (
-                &*words,
-                &*words.add(16),
-                &*(words.add(32) as *const [AtomicU64; 2]),
-                &*(words.add(48) as *const AtomicU64),
-                &*words.add(60),
+                &*words.add(GPU_FLAG),
+                &*words.add(HOST_FLAG),
+                &*(words.add(PAYLOAD) as *const [AtomicU64; 2]),
+                &*(words.add(REPLY) as *const AtomicU64),
+                &*words.add(WRONG),
             )
         };
         let mut bad = 0;
         for i in 1..=iters {
-            if steps & 4 != 0 {
+            if steps & STEP_LOCK != 0 {
                 // Relaxed RMW (NVPTX drops orderings on RMWs): the fence
                 // below orders, as the protocol's `try_lock`.
                 while LOCK.fetch_or(1, Ordering::Relaxed) & 1 != 0 {}
                 // SAFETY: a fence instruction.
                 unsafe { core::arch::asm!("fence.acq_rel.gpu;", options(nostack, preserves_flags)) };
             }
-            if steps & 1 != 0 {
+            if steps & STEP_PAYLOAD != 0 {
                 // Relaxed: published by the release store of the flag.
                 payload[0].store(i as u64, Ordering::Relaxed);
                 payload[1].store(!(i as u64), Ordering::Relaxed);
@@ -251,10 +248,10 @@ mod nvptx {
             // Relaxed polls, then an acquire fence: as the protocol's wait.
             while theirs.load(Ordering::Relaxed) != i {}
             core::sync::atomic::fence(Ordering::Acquire);
-            if steps & 2 != 0 && reply.load(Ordering::Relaxed) != i as u64 + 1 {
+            if steps & STEP_REPLY != 0 && reply.load(Ordering::Relaxed) != i as u64 + 1 {
                 bad += 1;
             }
-            if steps & 4 != 0 {
+            if steps & STEP_LOCK != 0 {
                 // SAFETY: a fence instruction (the protocol's `unlock`).
                 unsafe { core::arch::asm!("fence.acq_rel.gpu;", options(nostack, preserves_flags)) };
                 LOCK.fetch_and(!1, Ordering::Relaxed);

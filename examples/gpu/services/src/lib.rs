@@ -6,6 +6,7 @@ use gpu_rpc::gpu_rpc;
 pub mod bulk;
 pub mod conform;
 pub mod cpp_demo;
+pub mod pingpong;
 
 /// What the hello example's kernel asks of its host.
 #[gpu_rpc]

@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gpu_example_services::{BenchServer, HostServices, HostServicesServer};
+use gpu_example_services::{pingpong, BenchServer, HostServices, HostServicesServer};
 use gpu_examples::{kernels_ptx, Counters};
 use gpu_rpc::cuda::{
     launch, launch_with_region, CudaDevice, CudaRegion, DeviceBuffer, Kernel, KernelArg, Launch, MappedBuffer, Module,
@@ -116,16 +116,18 @@ fn launch_one_thread(kernel: &Kernel<'_>, args: &[KernelArg]) -> gpu_rpc::cuda::
     launch(kernel, &cfg, &d, args).unwrap()
 }
 
-/// Raw ping-pong: the GPU thread writes word 0 and waits for word 16; this
-/// thread mirrors it. Returns seconds per round trip.
+/// Raw ping-pong: the GPU thread writes its flag and waits for the host's
+/// (`pingpong::GPU_FLAG`, `HOST_FLAG`); this thread mirrors it. Returns
+/// seconds per round trip.
 fn pingpong(dev: &CudaDevice, module: &Module, iters: u32) -> f64 {
     let kernel = module.kernel("pingpong_kernel").unwrap();
-    let words = PinnedBuffer::new(dev, 128).unwrap();
+    let words = PinnedBuffer::new(dev, pingpong::WORDS * 4).unwrap();
     let host = words.host_ptr() as usize;
     let mirror = std::thread::spawn(move || {
-        // SAFETY: the buffer outlives this thread (joined below); words 0 and
-        // 16 are 4-byte aligned atomics shared with the GPU.
-        let (gpu, mine) = unsafe { (&*(host as *const AtomicU32), &*((host + 64) as *const AtomicU32)) };
+        let host = host as *const AtomicU32;
+        // SAFETY: the buffer outlives this thread (joined below); the two
+        // flags are 4-byte aligned atomics shared with the GPU, inside it.
+        let (gpu, mine) = unsafe { (&*host.add(pingpong::GPU_FLAG), &*host.add(pingpong::HOST_FLAG)) };
         for i in 1..=iters {
             // Acquire: pairs with the GPU's release store.
             while gpu.load(Ordering::Acquire) != i {
@@ -140,33 +142,26 @@ fn pingpong(dev: &CudaDevice, module: &Module, iters: u32) -> f64 {
     kernel_secs(&r) / iters as f64
 }
 
-/// Steps of a call that `pingpong_steps_kernel` adds to the ping-pong, one
-/// bit each: two payload words written before the flag, a reply word read
-/// after it, a lock in device memory around the round trip.
-const STEP_PAYLOAD: u32 = 1;
-/// See [`STEP_PAYLOAD`].
-const STEP_REPLY: u32 = 2;
-/// See [`STEP_PAYLOAD`].
-const STEP_LOCK: u32 = 4;
-
-/// The ping-pong with `steps` of a call added (see `pingpong_steps_kernel`);
+/// The ping-pong with `steps` of a call added (the `STEP_*` bits of
+/// `pingpong`; see `pingpong_steps_kernel`);
 /// the host mirror checks the payload and writes the reply, the GPU checks
 /// the reply. Returns seconds per round trip.
 fn pingpong_steps(dev: &CudaDevice, module: &Module, iters: u32, steps: u32) -> f64 {
     use std::sync::atomic::AtomicU64;
     let kernel = module.kernel("pingpong_steps_kernel").unwrap();
-    let words = PinnedBuffer::new(dev, 256).unwrap();
+    let words = PinnedBuffer::new(dev, pingpong::WORDS * 4).unwrap();
     let host = words.host_ptr() as usize;
     let mirror = std::thread::spawn(move || {
-        // SAFETY: the buffer (256 bytes, page-aligned) outlives this thread
-        // (joined below); the words are the kernel's layout, atomics shared
-        // with the GPU.
+        let host = host as *const AtomicU32;
+        // SAFETY: the buffer (page-aligned) outlives this thread (joined
+        // below); the words are the kernel's layout (`pingpong`), atomics
+        // shared with the GPU, the `u64`s at even indices.
         let (gpu, mine, payload, reply) = unsafe {
             (
-                &*(host as *const AtomicU32),
-                &*((host + 64) as *const AtomicU32),
-                &*((host + 128) as *const [AtomicU64; 2]),
-                &*((host + 192) as *const AtomicU64),
+                &*host.add(pingpong::GPU_FLAG),
+                &*host.add(pingpong::HOST_FLAG),
+                &*(host.add(pingpong::PAYLOAD) as *const [AtomicU64; 2]),
+                &*(host.add(pingpong::REPLY) as *const AtomicU64),
             )
         };
         let mut bad = 0u32;
@@ -175,12 +170,12 @@ fn pingpong_steps(dev: &CudaDevice, module: &Module, iters: u32, steps: u32) -> 
             while gpu.load(Ordering::Acquire) != i {
                 std::hint::spin_loop();
             }
-            if steps & STEP_PAYLOAD != 0 {
+            if steps & pingpong::STEP_PAYLOAD != 0 {
                 // Relaxed: ordered by the acquire load above.
                 let (a, b) = (payload[0].load(Ordering::Relaxed), payload[1].load(Ordering::Relaxed));
                 bad += (a != i as u64 || b != !(i as u64)) as u32;
             }
-            if steps & STEP_REPLY != 0 {
+            if steps & pingpong::STEP_REPLY != 0 {
                 // Relaxed: published by the release store below.
                 reply.store(i as u64 + 1, Ordering::Relaxed);
             }
@@ -198,8 +193,8 @@ fn pingpong_steps(dev: &CudaDevice, module: &Module, iters: u32, steps: u32) -> 
         ],
     );
     let host_bad = mirror.join().unwrap();
-    // SAFETY: the kernel is over; word 60 is the GPU's count of wrong replies.
-    let gpu_bad = unsafe { (*((host + 240) as *const AtomicU32)).load(Ordering::Relaxed) };
+    // SAFETY: the kernel is over; `WRONG` is the GPU's count of wrong replies.
+    let gpu_bad = unsafe { (*(host as *const AtomicU32).add(pingpong::WRONG)).load(Ordering::Relaxed) };
     assert_eq!(
         (host_bad, gpu_bad),
         (0, 0),
@@ -233,6 +228,7 @@ fn per_call(dev: &CudaDevice, kernel: &Kernel<'_>, start: fn(u64) -> u64, thread
 }
 
 fn null(dev: &CudaDevice, module: &Module) {
+    use pingpong::{STEP_LOCK, STEP_PAYLOAD, STEP_REPLY};
     const REPS: usize = 3;
     let iters = 20_000;
     let noop = module.kernel("rpc_noop_kernel").unwrap();

@@ -1,0 +1,27 @@
+//! The layout the ping-pong benchmarks' kernels (`pingpong_kernel`,
+//! `pingpong_steps_kernel`) and their host mirror in `gpu_bench` share: `u32`
+//! word indices into one pinned mapped buffer, each role on a cache line of
+//! its own, and the steps of a call `pingpong_steps_kernel` can add.
+
+/// The GPU's flag: the round trip's number, stored by the GPU.
+pub const GPU_FLAG: usize = 0;
+/// The host's flag: the number echoed, stored by the host.
+pub const HOST_FLAG: usize = 16;
+/// Two `u64` payload words the GPU writes before its flag.
+pub const PAYLOAD: usize = 32;
+/// The `u64` reply word the host writes before its flag.
+pub const REPLY: usize = 48;
+/// Where the GPU leaves its count of wrong replies when it is done.
+pub const WRONG: usize = 60;
+/// `u32` words of the buffer.
+pub const WORDS: usize = 64;
+
+/// Step bit: two payload words written before the flag (a call's frame and
+/// argument), checked by the host.
+pub const STEP_PAYLOAD: u32 = 1;
+/// Step bit: a reply word read after the host's flag (a call's return
+/// value), checked by the GPU.
+pub const STEP_REPLY: u32 = 2;
+/// Step bit: a lock word in device memory taken and released around each
+/// round trip (a port's lock, with the protocol's GPU-scope fences).
+pub const STEP_LOCK: u32 = 4;
