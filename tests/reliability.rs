@@ -30,6 +30,9 @@ pub trait Rel {
     fn flag(&self, b: bool, c: char) -> u32;
     fn sum(&self, data: &[u8]) -> u64;
     fn fill(&self, seed: u8, out: &mut [u8]) -> u64;
+    /// Fills the first half of `out` only; returns how many bytes of `out`
+    /// were not zero when the method got it.
+    fn fill_half(&self, seed: u8, out: &mut [u8]) -> u64;
     fn boom(&self, msg: &str) -> u32;
 }
 
@@ -68,6 +71,12 @@ impl Rel for Arc<Host> {
             *o = seed.wrapping_add(i as u8);
         }
         out.len() as u64
+    }
+    fn fill_half(&self, seed: u8, out: &mut [u8]) -> u64 {
+        let dirty = out.iter().filter(|&&b| b != 0).count() as u64;
+        let half = out.len() / 2;
+        self.fill(seed, &mut out[..half]);
+        dirty
     }
     fn boom(&self, msg: &str) -> u32 {
         panic!("boom: {msg}")
@@ -558,7 +567,7 @@ fn a_panic_on_one_lane_leaves_the_other_lanes_answered() {
 fn lying_direct_addresses_are_refused() {
     use gpu_rpc::call::len_word;
     use gpu_rpc::cpu::ProcessMemory;
-    use gpu_rpc::device_memory::{CopyError, DeviceMemory};
+    use gpu_rpc::device_memory::DeviceMemory;
     let dispatcher = || {
         let mut d = Dispatcher::new(ServerConfig {
             log_errors: false,
@@ -569,15 +578,6 @@ fn lying_direct_addresses_are_refused() {
     };
     // The same with memory the server may borrow for the call (the
     // process's `lend`), and with none (its own buffers).
-    struct NoLoans;
-    impl DeviceMemory for NoLoans {
-        fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, CopyError)) {
-            ProcessMemory.read(copies, failed)
-        }
-        fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, CopyError)) {
-            ProcessMemory.write(copies, failed)
-        }
-    }
     for memory in [&ProcessMemory as &dyn DeviceMemory, &NoLoans] {
         let d = dispatcher();
         let region = CpuRegion::new(Layout::new(1, 2).unwrap());
@@ -1167,4 +1167,123 @@ fn a_call_blocked_in_its_handler_does_not_stall_the_other_ports() {
         t0.elapsed() < Duration::from_secs(10),
         "the gate opened only by its timeout"
     );
+}
+
+/// The process's memory, copied like the CPU backend's but never lent: the
+/// server keeps a call's direct slices in its own buffers, as a GPU server
+/// does for a slice over half its pinned budget.
+struct NoLoans;
+
+impl gpu_rpc::device_memory::DeviceMemory for NoLoans {
+    fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, gpu_rpc::device_memory::CopyError)) {
+        gpu_rpc::cpu::ProcessMemory.read(copies, failed)
+    }
+    fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, gpu_rpc::device_memory::CopyError)) {
+        gpu_rpc::cpu::ProcessMemory.write(copies, failed)
+    }
+}
+
+/// Large direct slices on a server that is lent no memory go through
+/// buffers its thread keeps between calls: every byte arrives each way, a
+/// kept buffer never shows a host method an earlier call's bytes (an
+/// out-buffer is all zeros when the method gets it, and the part it leaves
+/// unwritten reaches the device as zeros), and the thread reuses them
+/// (the kept bytes stay under `keep_bytes`: checked in the scratch's unit
+/// tests).
+#[test]
+fn large_direct_slices_without_lent_memory_are_exact_across_calls() {
+    use gpu_rpc::call::len_word;
+    let host = Arc::new(Host::default());
+    let mut d = Dispatcher::new(ServerConfig {
+        log_errors: false,
+        ..ServerConfig::default()
+    });
+    d.add(RelServer(Arc::clone(&host))).unwrap();
+    let region = CpuRegion::new(Layout::new(1, 1).unwrap());
+    let dev = raw_device(&region);
+    // One lane, one direct slice: the frame, the address packet, the reply.
+    let call = |opcode: u32, word: u64, block: &[u8], addr: u64| {
+        dev.inject(0, opcode, 0b1, &[(0, frame(word, block))]);
+        while !dev.owned(0) {
+            std::hint::spin_loop();
+        }
+        let mut b = Buffer::default();
+        b.data[0] = addr;
+        dev.write(0, 0, &b);
+        dev.flip(0);
+        while !dev.owned(0) {
+            std::hint::spin_loop();
+        }
+        (dev.status(0, 0), dev.read(0, 0).data[1])
+    };
+    let stop = AtomicBool::new(false);
+    let server = region.server().with_memory(&NoLoans);
+    // Stops the server however the calls end (a failed assertion must not
+    // leave the scope waiting for it).
+    struct Stop<'a>(&'a AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+    std::thread::scope(|s| {
+        let (d, stop, server) = (&d, &stop, &server);
+        let served = s.spawn(move || d.serve_until(server, 0, 1, stop));
+        let _stop = Stop(stop);
+        // Sizes around the kept buffers' smallest and odd lengths, each
+        // size twice (the second call of a size reuses what the first left).
+        for (round, len) in [(1 << 20) + 3, 100_001, (3 << 20) - 1, (1 << 20) + 3, 65_536, 3 << 20]
+            .into_iter()
+            .enumerate()
+        {
+            let seed = round as u8 * 31 + 5;
+            // In: the server's sum of the bytes it received.
+            let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(seed) ^ 0x5a).collect();
+            let block = len_word(len as u64, true).to_le_bytes();
+            let (st, sum) = call(
+                RelRpc::SUM.opcode,
+                RelRpc::SUM.frame_word().pack(),
+                &block,
+                data.as_ptr() as u64,
+            );
+            assert_eq!(
+                (st, sum),
+                (Status::Ok, data.iter().map(|&b| b as u64).sum()),
+                "sum of {len} bytes"
+            );
+            // Out, whole: every byte the method wrote.
+            let mut out = vec![0xeeu8; len];
+            let mut block = len_word(len as u64, true).to_le_bytes().to_vec();
+            block.push(seed);
+            let word = RelRpc::FILL.frame_word().pack();
+            let (st, n) = call(RelRpc::FILL.opcode, word, &block, out.as_mut_ptr() as u64);
+            assert_eq!((st, n), (Status::Ok, len as u64));
+            assert!(
+                out.iter().enumerate().all(|(i, &b)| b == seed.wrapping_add(i as u8)),
+                "fill of {len} bytes"
+            );
+            // Out, half: the method saw zeros only, and the half it left
+            // unwritten arrives as zeros (not the last call's pattern).
+            let mut out = vec![0xeeu8; len];
+            let word = RelRpc::FILL_HALF.frame_word().pack();
+            let (st, dirty) = call(RelRpc::FILL_HALF.opcode, word, &block, out.as_mut_ptr() as u64);
+            assert_eq!(
+                (st, dirty),
+                (Status::Ok, 0),
+                "fill_half of {len} bytes saw earlier bytes"
+            );
+            let half = len / 2;
+            assert!(out[..half]
+                .iter()
+                .enumerate()
+                .all(|(i, &b)| b == seed.wrapping_add(i as u8)));
+            assert!(
+                out[half..].iter().all(|&b| b == 0),
+                "the unwritten half of {len} bytes is not zeros"
+            );
+        }
+        drop(_stop);
+        served.join().unwrap().unwrap();
+    });
+    assert_eq!(d.errors(), []);
 }

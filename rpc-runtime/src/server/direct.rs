@@ -12,6 +12,7 @@
 
 use super::lane_records::LaneRecords;
 use super::serve_call::{direct_of, lens_of};
+use super::spare::{Spare, SPARE_MIN_BYTES};
 use super::*;
 use crate::device_memory::Lent;
 
@@ -165,7 +166,8 @@ impl Dispatcher {
     /// Fetch the direct inputs of the lanes `ok` (those still `Ok`), with
     /// one [`DeviceMemory::read`] for the whole call: into memory the
     /// backend lends for the call (returned, with room for the direct
-    /// out-buffers of `out_sizes`' elements too), or else into `streams`.
+    /// out-buffers of `out_sizes`' elements too), or else into `streams`
+    /// (large ones in buffers kept from earlier calls: `spare`).
     /// The lengths were checked against the limits already; a lane whose
     /// buffer cannot be allocated, or whose copy fails, or that this server
     /// cannot copy for (no `memory`: each lane with a direct input or
@@ -180,6 +182,7 @@ impl Dispatcher {
         addrs: &Addresses,
         memory: Option<&'m dyn DeviceMemory>,
         streams: &mut [Vec<Vec<u8>>],
+        spare: &core::cell::RefCell<Spare>,
         refuse: &mut Refuse<'_>,
     ) -> Option<Loan<'m>> {
         let mut wanted: Vec<(u32, usize)> = Vec::new();
@@ -263,20 +266,31 @@ impl Dispatcher {
                 })
             }
             None => {
-                // Size each buffer in the thread's scratch.
+                // Size each buffer in the thread's scratch: a kept one (its
+                // bytes, all overwritten by the copy, need no zeroing), else
+                // a new one.
                 let mut copyable = Vec::with_capacity(wanted.len());
+                let mut spare = spare.borrow_mut();
                 for &(lane, i) in &wanted {
                     let len = len_of(lane, i);
                     let s = &mut streams[lane as usize][i];
-                    s.clear();
-                    if s.try_reserve_exact(len).is_err() {
+                    let sized = if len < SPARE_MIN_BYTES {
+                        s.clear();
+                        s.try_reserve_exact(len).map(|()| s.resize(len, 0)).is_ok()
+                    } else if let Some(buf) = spare.take(len, 1) {
+                        spare.give(std::mem::replace(s, buf));
+                        true
+                    } else {
+                        false
+                    };
+                    if !sized {
                         let message = format!("streamed argument {i} of {len} bytes: the host could not allocate it");
                         refuse(lane, Status::TooLarge, i as u32, message);
                         continue;
                     }
-                    s.resize(len, 0);
                     copyable.push((lane, i));
                 }
+                drop(spare);
                 // `copyable` is in lane order, then stream order.
                 let mut copies: Vec<(u64, &mut [u8])> = Vec::with_capacity(copyable.len());
                 let mut who = Vec::with_capacity(copyable.len());

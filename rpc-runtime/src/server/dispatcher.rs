@@ -324,7 +324,7 @@ impl Dispatcher {
         let mut record = CallRecord::default();
         let r = Scratch::with(|scratch| {
             let r = self.serve_decoded(port, memory, method, &mut record, scratch);
-            scratch.trim();
+            scratch.trim(self.config.keep_bytes);
             r
         });
         let mut ended = None;

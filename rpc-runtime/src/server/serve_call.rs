@@ -8,6 +8,7 @@ use std::cell::RefCell;
 use super::direct::set_address;
 use super::lane_records::LaneRecords;
 use super::server_call::panic_message;
+use super::spare::{Spare, SPARE_MIN_BYTES};
 use super::*;
 
 impl Dispatcher {
@@ -25,6 +26,7 @@ impl Dispatcher {
             rets,
             outs,
             addrs,
+            spare,
             status,
             detail,
             streamed: used_streams,
@@ -348,6 +350,7 @@ impl Dispatcher {
                 addrs,
                 memory,
                 streams,
+                spare,
                 &mut |lane, refusal, what, message| refuse(lane, refusal, what, message, status, detail),
             );
         }
@@ -373,6 +376,8 @@ impl Dispatcher {
             detail,
             rets,
             outs,
+            spare,
+            kept: RefCell::default(),
             errors: Vec::new(),
             n_in,
             loan,
@@ -487,8 +492,8 @@ impl Dispatcher {
 
 /// Per-thread buffers a call's decoding reuses, so serving a call allocates
 /// nothing in the steady state (only a stream or out-buffer larger than any
-/// before it grows one). Buffers that grew beyond [`KEEP_BYTES`] are freed
-/// after the call instead of kept.
+/// before it grows one). What a thread keeps between calls is capped by
+/// [`ServerConfig::keep_bytes`] (see [`trim`](Self::trim)).
 pub(super) struct Scratch {
     pub(super) blocks: LaneRecords,
     pub(super) streams: Vec<Vec<Vec<u8>>>,
@@ -498,6 +503,8 @@ pub(super) struct Scratch {
     /// lane (only those the call's length words mark direct are read, each
     /// after the call wrote it): kept, so no call clears or allocates them.
     pub(super) addrs: Vec<Vec<u64>>,
+    /// Large buffers for direct slices without lent memory (`spare.rs`).
+    pub(super) spare: RefCell<Spare>,
     /// Each lane's status and detail word, as the reply will carry them.
     pub(super) status: [Status; MAX_LANES as usize],
     pub(super) detail: [u32; MAX_LANES as usize],
@@ -505,14 +512,6 @@ pub(super) struct Scratch {
     /// grown those buffers: see [`trim`](Self::trim)).
     pub(super) streamed: bool,
 }
-
-/// Largest buffer a server thread keeps for reuse.
-const KEEP_BYTES: usize = 1 << 20;
-
-/// The most scratch capacity a server thread keeps between calls, over all
-/// its buffers: past it, buffers are freed (largest first, so small ones
-/// keep their reuse).
-const KEEP_TOTAL_BYTES: usize = 4 << 20;
 
 impl Scratch {
     pub(super) fn new() -> Scratch {
@@ -523,6 +522,7 @@ impl Scratch {
             rets: RefCell::default(),
             outs: RefCell::new((0..lanes).map(|_| Vec::new()).collect()),
             addrs: (0..lanes).map(|_| Vec::new()).collect(),
+            spare: RefCell::default(),
             status: [Status::Ok; MAX_LANES as usize],
             detail: [0; MAX_LANES as usize],
             streamed: false,
@@ -539,30 +539,31 @@ impl Scratch {
         })
     }
 
-    /// Make the buffers ready for the next call on this thread. The
+    /// Make the buffers ready for the next call on this thread, keeping at
+    /// most `keep` bytes of stream, out-buffer and spare capacity (past it,
+    /// the largest are freed first, so small ones keep their reuse). The
     /// streams and out-buffers are walked only when the last call had some
-    /// (nothing else can have grown); the argument blocks and return values,
+    /// (nothing else can have grown); large ones move to the spare buffers
+    /// with their bytes; the argument blocks and return values,
     /// held to `MAX_ARG_BYTES` and `MAX_RET_BYTES` (plus the length words)
     /// by the frame, are always kept, and the next call resets them.
-    pub(super) fn trim(&mut self) {
-        fn trim(v: &mut Vec<u8>) {
-            if v.capacity() > KEEP_BYTES {
-                *v = Vec::new();
-            } else {
-                v.clear();
-            }
-        }
+    pub(super) fn trim(&mut self, keep: usize) {
         if !std::mem::take(&mut self.streamed) {
             return;
         }
+        let spare = self.spare.get_mut();
         let outs = self.outs.get_mut();
+        for v in self.streams.iter_mut().chain(outs.iter_mut()).flatten() {
+            if v.capacity() >= SPARE_MIN_BYTES {
+                spare.give(std::mem::take(v));
+            }
+        }
         let mut total = 0;
         for v in self.streams.iter_mut().chain(outs.iter_mut()).flatten() {
-            trim(v);
+            v.clear();
             total += v.capacity();
         }
-        if total > KEEP_TOTAL_BYTES {
-            // Free the largest first, so small ones keep their reuse.
+        if total > keep {
             let mut kept: Vec<&mut Vec<u8>> = self
                 .streams
                 .iter_mut()
@@ -572,13 +573,14 @@ impl Scratch {
                 .collect();
             kept.sort_unstable_by_key(|v| std::cmp::Reverse(v.capacity()));
             for v in kept {
-                if total <= KEEP_TOTAL_BYTES {
+                if total <= keep {
                     break;
                 }
                 total -= v.capacity();
                 *v = Vec::new();
             }
         }
+        spare.trim(keep.saturating_sub(total));
     }
 }
 
@@ -619,33 +621,56 @@ pub(super) fn direct_of(block: &[u8], i: usize) -> bool {
 mod tests {
     use super::*;
 
-    /// After a call with 64 lanes × 7 out-buffers of 1 MiB (each at the
-    /// per-buffer cap, so each alone would be kept), the thread keeps at most
-    /// `KEEP_TOTAL_BYTES` of stream and out-buffer scratch in all, and the
-    /// argument blocks (bounded by the frame) stay.
+    /// After a call with 64 lanes × 7 out-buffers of 1 MiB and a large
+    /// stream, the thread keeps at most `keep` bytes of stream, out-buffer
+    /// and spare capacity in all, the large stream among the spares with its
+    /// bytes; and the argument blocks (bounded by the frame) stay.
     #[test]
     fn scratch_kept_between_calls_is_capped_in_total() {
+        let keep = 8 << 20;
         let mut s = Scratch::new();
         for outs in s.outs.get_mut().iter_mut() {
-            *outs = (0..7).map(|_| Vec::with_capacity(KEEP_BYTES)).collect();
+            *outs = (0..7).map(|_| Vec::with_capacity(1 << 20)).collect();
         }
+        s.streams[5] = vec![vec![3; 2 << 20]];
         s.blocks.reset(64, u64::MAX);
         s.blocks.get_mut(63).fill(1);
         s.streamed = true;
-        s.trim();
+        s.trim(keep);
         let kept: usize = s
             .streams
             .iter()
             .chain(s.outs.get_mut().iter())
             .flatten()
             .map(Vec::capacity)
-            .sum();
-        assert!(kept <= KEEP_TOTAL_BYTES, "kept {kept} bytes");
+            .sum::<usize>()
+            + s.spare.get_mut().bytes();
+        assert!(kept <= keep, "kept {kept} bytes");
         assert!(kept > 0, "the buffers under the cap are kept");
+        assert_eq!(s.streams[5][0].capacity(), 0, "the large stream left the lane");
         // The blocks survive, and the next call's reset zeroes them.
         assert_eq!(s.blocks.get(63), [1; 64]);
         s.blocks.reset(64, u64::MAX);
         assert_eq!(s.blocks.get(63), [0; 64]);
+        // Nothing kept at all when the cap is 0.
+        s.streamed = true;
+        s.trim(0);
+        let kept: usize = s.outs.get_mut().iter().flatten().map(Vec::capacity).sum();
+        assert_eq!(kept + s.spare.get_mut().bytes(), 0);
+    }
+
+    /// A large stream keeps its bytes among the spares, and the next call's
+    /// direct copy of that size reuses the memory.
+    #[test]
+    fn a_large_stream_is_kept_for_the_next_call() {
+        let mut s = Scratch::new();
+        s.streams[0] = vec![vec![9; 1 << 20]];
+        let at = s.streams[0][0].as_ptr();
+        s.streamed = true;
+        s.trim(64 << 20);
+        let b = s.spare.get_mut().take(1 << 20, 1).unwrap();
+        assert_eq!(b.as_ptr(), at);
+        assert!(b.iter().all(|&x| x == 9));
     }
 
     /// A call without streams leaves the stream buffers alone.
@@ -653,7 +678,7 @@ mod tests {
     fn a_call_without_streams_keeps_the_stream_buffers() {
         let mut s = Scratch::new();
         s.streams[3] = vec![vec![7; 10]];
-        s.trim();
+        s.trim(64 << 20);
         assert_eq!(s.streams[3], [vec![7; 10]]);
     }
 

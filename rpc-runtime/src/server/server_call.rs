@@ -4,6 +4,7 @@
 use super::direct::Loan;
 use super::lane_records::LaneRecords;
 use super::serve_call::{direct_of, lens_of};
+use super::spare::{Spare, SPARE_MIN_BYTES};
 use super::*;
 
 /// The text of a panic payload, clipped ([`clip_message`]): the one place a
@@ -88,10 +89,26 @@ pub struct ServerCall<'d> {
     /// Out-buffers stored by `set_out` (a `RefCell`: `set_out` takes `&self`,
     /// as the [`OutBuffer`]s it stores borrow the call).
     pub(super) outs: &'d std::cell::RefCell<Vec<Vec<Vec<u8>>>>,
+    /// The thread's kept buffers, for large out-buffers outside a loan.
+    pub(super) spare: &'d std::cell::RefCell<Spare>,
+    /// The out-buffers handed out in kept buffers and not yet dropped.
+    pub(super) kept: std::cell::RefCell<Vec<KeptPlace>>,
     pub(super) errors: Vec<ServerError>,
     pub(super) n_in: usize,
     /// Memory the backend lent for the call's direct slices.
     pub(super) loan: Option<Loan<'d>>,
+}
+
+/// An out-buffer handed out in a kept buffer ([`ServerCall::out_buffer`]):
+/// whose it is, where it lies, and whether `set_out` stored it as it lies
+/// (then, when the out-buffer is dropped, the buffer itself becomes the
+/// call's copy of it: no second pass over its bytes).
+pub(super) struct KeptPlace {
+    lane: u32,
+    j: usize,
+    at: usize,
+    len: usize,
+    in_place: bool,
 }
 
 /// Why one lane's call cannot run.
@@ -204,7 +221,8 @@ impl ServerCall<'_> {
     /// lane or buffer the call does not have gives an empty buffer): in the
     /// memory the call borrowed for direct slices when this one goes direct
     /// (the host method then writes where the copy to the device leaves
-    /// from), else a vector. Fails with [`Status::TooLarge`] instead of
+    /// from), else a buffer the thread kept from an earlier call (a large
+    /// one of numbers: no page faults), else a vector. Fails with [`Status::TooLarge`] instead of
     /// aborting the process when the host cannot allocate it (limits
     /// configured beyond the host's memory).
     pub fn out_buffer<T: Wire>(&self, lane: u32, j: usize) -> Result<OutBuffer<'_, T>, LaneError> {
@@ -214,6 +232,34 @@ impl ServerCall<'_> {
         if let (true, Some(loan)) = (numbers, self.loan.as_ref()) {
             if let Some(place) = loan.take_out::<T>(lane, self.n_in + j, count as usize) {
                 return Ok(OutBuffer(Out::Lent(place)));
+            }
+        }
+        let bytes = (count as usize).saturating_mul(T::SIZE);
+        if numbers && bytes >= SPARE_MIN_BYTES {
+            if let Some(mut buf) = self
+                .spare
+                .try_borrow_mut()
+                .ok()
+                .and_then(|mut s| s.take(bytes, align_of::<T>()))
+            {
+                buf.fill(0);
+                self.kept.borrow_mut().push(KeptPlace {
+                    lane,
+                    j,
+                    at: buf.as_ptr() as usize,
+                    len: bytes,
+                    in_place: false,
+                });
+                return Ok(OutBuffer(Out::Kept {
+                    buf,
+                    count: count as usize,
+                    call: KeptHome {
+                        spare: self.spare,
+                        outs: self.outs,
+                        kept: &self.kept,
+                    },
+                    _t: core::marker::PhantomData,
+                }));
             }
         }
         let mut v = Vec::new();
@@ -279,24 +325,51 @@ impl ServerCall<'_> {
                 return;
             }
         }
-        let per = if self.out_direct(lane, j) {
+        let direct = self.out_direct(lane, j);
+        // A direct out-buffer the method wrote in a kept buffer is stored
+        // where it lies (it moves to the call's out-buffers when dropped);
+        // any other store of this out-buffer undoes that.
+        {
+            let raw = T::slice_as_bytes(data).filter(|_| direct);
+            for k in self.kept.borrow_mut().iter_mut().filter(|k| k.lane == lane && k.j == j) {
+                k.in_place = raw.is_some_and(|r| r.as_ptr() as usize == k.at && r.len() == k.len);
+                if k.in_place {
+                    return;
+                }
+            }
+        }
+        let per = if direct {
             // One "packet" as long as the buffer: dense.
             data.len().max(1)
         } else {
             BUFFER_BYTES / T::SIZE
         };
+        let padded = data.len().div_ceil(per) * per * T::SIZE;
         let mut all = self.outs.borrow_mut();
         let outs = &mut all[lane as usize];
         if outs.len() <= j {
             outs.resize_with(j + 1, Vec::new);
         }
         let bytes = &mut outs[j];
+        if bytes.capacity() < padded && padded >= SPARE_MIN_BYTES {
+            // A large one in a kept buffer, if the thread has one.
+            if let Some(b) = self.spare.try_borrow_mut().ok().and_then(|mut s| s.take(padded, 1)) {
+                let old = std::mem::replace(bytes, b);
+                if let Ok(mut spare) = self.spare.try_borrow_mut() {
+                    spare.give(old);
+                }
+            }
+        }
         bytes.clear();
-        bytes.resize(data.len().div_ceil(per) * per * T::SIZE, 0);
         match T::slice_as_bytes(data) {
-            // One-byte elements pack 64 to a packet: the layout is the slice.
-            Some(raw) => bytes[..raw.len()].copy_from_slice(raw),
+            // Numbers: the layout is the slice, padded to whole packets (one
+            // pass over the bytes, which may be megabytes).
+            Some(raw) => {
+                bytes.extend_from_slice(raw);
+                bytes.resize(padded, 0);
+            }
             None => {
+                bytes.resize(padded, 0);
                 for (k, v) in data.iter().enumerate() {
                     let off = (k / per) * per * T::SIZE + (k % per) * T::SIZE;
                     v.encode(&mut bytes[off..off + T::SIZE]);
@@ -353,6 +426,23 @@ pub struct OutBuffer<'c, T>(Out<'c, T>);
 enum Out<'c, T> {
     Owned(Vec<T>),
     Lent(&'c mut [T]),
+    /// A buffer the thread kept (`spare.rs`), `count` elements of `T` (a
+    /// number, `bytes_are_values`) at an address aligned for `T`; it goes
+    /// back to `home` when the out-buffer is dropped.
+    Kept {
+        buf: Vec<u8>,
+        count: usize,
+        call: KeptHome<'c>,
+        _t: core::marker::PhantomData<T>,
+    },
+}
+
+/// Where a kept out-buffer goes when dropped: the call's out-buffers if
+/// `set_out` stored it in place, else back to the thread's spares.
+struct KeptHome<'c> {
+    spare: &'c std::cell::RefCell<Spare>,
+    outs: &'c std::cell::RefCell<Vec<Vec<Vec<u8>>>>,
+    kept: &'c std::cell::RefCell<Vec<KeptPlace>>,
 }
 
 impl<T> core::ops::Deref for OutBuffer<'_, T> {
@@ -361,6 +451,11 @@ impl<T> core::ops::Deref for OutBuffer<'_, T> {
         match &self.0 {
             Out::Owned(v) => v,
             Out::Lent(s) => s,
+            // SAFETY: `buf` holds `count * size_of::<T>()` initialized bytes
+            // at an address aligned for `T` (`Spare::take` checked it), and
+            // every byte pattern is a `T` (`out_buffer` made a `Kept` only
+            // for such `T`); the view borrows `self`, which owns `buf`.
+            Out::Kept { buf, count, .. } => unsafe { core::slice::from_raw_parts(buf.as_ptr().cast::<T>(), *count) },
         }
     }
 }
@@ -370,6 +465,49 @@ impl<T> core::ops::DerefMut for OutBuffer<'_, T> {
         match &mut self.0 {
             Out::Owned(v) => v,
             Out::Lent(s) => s,
+            // SAFETY: as in `deref`, borrowed mutably through `self`.
+            Out::Kept { buf, count, .. } => unsafe {
+                core::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<T>(), *count)
+            },
+        }
+    }
+}
+
+impl<T> Drop for OutBuffer<'_, T> {
+    fn drop(&mut self) {
+        let Out::Kept { buf, call, .. } = &mut self.0 else {
+            return;
+        };
+        let buf = std::mem::take(buf);
+        let at = buf.as_ptr() as usize;
+        let place = {
+            let mut kept = call.kept.borrow_mut();
+            let k = kept.iter().position(|k| k.at == at);
+            k.map(|k| kept.swap_remove(k))
+        };
+        // (`try_borrow_mut`: nothing else holds these while an out-buffer
+        // is dropped, but a drop must not panic if something does.)
+        let spare = match place {
+            Some(KeptPlace {
+                lane,
+                j,
+                in_place: true,
+                ..
+            }) => match call.outs.try_borrow_mut() {
+                Ok(mut all) => {
+                    let outs = &mut all[lane as usize];
+                    if outs.len() <= j {
+                        outs.resize_with(j + 1, Vec::new);
+                    }
+                    std::mem::replace(&mut outs[j], buf)
+                }
+                Err(_) => buf,
+            },
+            _ => buf,
+        };
+        // Back for the next call.
+        if let Ok(mut s) = call.spare.try_borrow_mut() {
+            s.give(spare);
         }
     }
 }
