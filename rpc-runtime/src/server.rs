@@ -17,7 +17,8 @@
 //! half of the call frame, `direct.rs` its copies of slices that go by
 //! address, `server_call.rs` the call as generated dispatch code sees it,
 //! `lane_records.rs` the flat per-lane storage of its argument blocks and
-//! return values, `pool.rs` the loop of a server thread, `idle.rs` how that
+//! return values, `spare.rs` the large buffers a thread keeps between calls
+//! for slices no lent memory holds, `pool.rs` the loop of a server thread, `idle.rs` how that
 //! loop waits when nothing is pending.
 //!
 //! ```

@@ -365,6 +365,8 @@ impl ServerCall<'_> {
             // Numbers: the layout is the slice, padded to whole packets (one
             // pass over the bytes, which may be megabytes).
             Some(raw) => {
+                // (Exact: the padding must not double the allocation.)
+                bytes.reserve_exact(padded);
                 bytes.extend_from_slice(raw);
                 bytes.resize(padded, 0);
             }
