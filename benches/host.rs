@@ -18,6 +18,13 @@
 //!   soon as a reply is in, calls of several packets too) while one server
 //!   thread serves; warp-calls per second end to end, with the cache-line
 //!   traffic of two cores.
+//! * **large slices without lent memory**: one lane passes a 64 MiB slice
+//!   by address (in, or an out-buffer back) to a server whose memory lends
+//!   nothing, as a GPU server's is for a slice its pinned budget cannot hold;
+//!   GB/s with the thread keeping buffers between calls
+//!   (`ServerConfig::keep_bytes`) and with it keeping none. (64 MiB: glibc's
+//!   allocator itself reuses freed blocks below its mmap threshold, which
+//!   adapts up to 32 MiB; larger ones are fresh pages on every call.)
 //!
 //! Every reply is checked (status and value); a wrong one aborts the bench.
 
@@ -38,6 +45,10 @@ pub trait Synth {
     fn incr(&self, x: u64) -> u64;
     /// A line of text, acknowledged (the shape of `print_stderr`).
     fn line(&self, msg: &str);
+    /// Bytes in; returns their count.
+    fn take(&self, data: &[u8]) -> u64;
+    /// Fills `out` with ones; returns its length.
+    fn give(&self, out: &mut [u8]) -> u64;
 }
 
 struct Host;
@@ -48,6 +59,13 @@ impl Synth for Host {
     }
     fn line(&self, msg: &str) {
         std::hint::black_box(msg);
+    }
+    fn take(&self, data: &[u8]) -> u64 {
+        std::hint::black_box(data).len() as u64
+    }
+    fn give(&self, out: &mut [u8]) -> u64 {
+        out.fill(1);
+        out.len() as u64
     }
 }
 
@@ -238,6 +256,67 @@ fn threaded(w: Workload, ports: u32, calls: u64) -> f64 {
     calls as f64 / t.elapsed().as_secs_f64()
 }
 
+/// This process's memory, copied as the CPU backend copies it but never
+/// lent: the server keeps direct slices in its own buffers.
+struct NoLoans;
+
+impl gpu_rpc::device_memory::DeviceMemory for NoLoans {
+    fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, gpu_rpc::device_memory::CopyError)) {
+        gpu_rpc::cpu::ProcessMemory.read(copies, failed)
+    }
+    fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, gpu_rpc::device_memory::CopyError)) {
+        gpu_rpc::cpu::ProcessMemory.write(copies, failed)
+    }
+}
+
+/// One lane passes `len` bytes by address `calls` times (`input`: a slice
+/// in, else an out-buffer back) to a server thread keeping `keep` bytes
+/// between calls; GB/s per call (median, min, max). Every byte is checked.
+fn large(input: bool, len: usize, keep: usize, calls: u32) -> (f64, f64, f64) {
+    let mut d = Dispatcher::new(ServerConfig {
+        keep_bytes: keep,
+        ..ServerConfig::default()
+    });
+    d.add(SynthServer(Host)).expect("one service");
+    let region = CpuRegion::new(Layout::new(1, 1).unwrap());
+    let done = AtomicBool::new(false);
+    let desc = if input { SynthRpc::TAKE } else { SynthRpc::GIVE };
+    let word = desc.frame_word().pack();
+    let mut data = vec![if input { 7u8 } else { 0 }; len];
+    let mut rates = Vec::new();
+    std::thread::scope(|s| {
+        let server = s.spawn(|| d.serve_until(&region.server().with_memory(&NoLoans), 0, 1, &done));
+        // SAFETY: no client uses the region; this thread plays the device.
+        let dev = unsafe { RawDevice::new(&region) };
+        for _ in 0..calls {
+            data.fill(if input { 7 } else { 0 });
+            let t = Instant::now();
+            let mut frame = Buffer::default();
+            frame.data[0] = word;
+            frame.data[1] = gpu_rpc::call::len_word(len as u64, true);
+            dev.inject(0, desc.opcode, 1, &[(0, frame)]);
+            while !dev.owned(0) {
+                std::hint::spin_loop();
+            }
+            let mut at = Buffer::default();
+            at.data[0] = data.as_mut_ptr() as u64;
+            dev.write(0, 0, &at);
+            dev.flip(0);
+            while !dev.owned(0) {
+                std::hint::spin_loop();
+            }
+            rates.push(len as f64 / t.elapsed().as_secs_f64() / 1e9);
+            let reply = dev.read(0, 0);
+            assert_eq!((dev.status(0, 0), reply.data[1]), (Status::Ok, len as u64));
+            assert!(input || data.iter().all(|&b| b == 1), "an out-buffer arrived wrong");
+        }
+        // Release: the server's last pass sees every flip above.
+        done.store(true, Ordering::Release);
+        assert_eq!(server.join().unwrap().expect("no abort"), calls as u64);
+    });
+    stats(&mut rates)
+}
+
 fn stats(v: &mut [f64]) -> (f64, f64, f64) {
     v.sort_by(f64::total_cmp);
     (v[v.len() / 2], v[0], v[v.len() - 1])
@@ -288,6 +367,25 @@ fn main() {
 
     if args.iter().any(|a| a == "--batch") {
         return;
+    }
+    if only.is_none() {
+        let calls = if quick { 4 } else { 12 };
+        println!(
+            "\nLarge slices without lent memory: 1 lane, 64 MiB by address, {calls} calls (the first pays for \
+             any buffer it keeps)\n"
+        );
+        println!("| direction | kept between calls | GB/s per call, median [min, max] |");
+        println!("|---|---|---:|");
+        for input in [true, false] {
+            for keep in [64 << 20, 0] {
+                let (m, lo, hi) = large(input, 64 << 20, keep, calls);
+                println!(
+                    "| {} | {} | {m:.2} [{lo:.2}, {hi:.2}] |",
+                    if input { "in (`&[u8]`)" } else { "out (`&mut [u8]`)" },
+                    if keep > 0 { "up to 64 MiB (default)" } else { "nothing" }
+                );
+            }
+        }
     }
     let calls = if quick { 20_000 } else { 400_000 };
     println!("\nThreaded: a device thread keeps the ports busy, one server thread, {calls} warp-calls of 32 lanes\n");

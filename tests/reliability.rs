@@ -1171,7 +1171,7 @@ fn a_call_blocked_in_its_handler_does_not_stall_the_other_ports() {
 
 /// The process's memory, copied like the CPU backend's but never lent: the
 /// server keeps a call's direct slices in its own buffers, as a GPU server
-/// does for a slice over half its pinned budget.
+/// does for a slice its pinned budget cannot hold.
 struct NoLoans;
 
 impl gpu_rpc::device_memory::DeviceMemory for NoLoans {

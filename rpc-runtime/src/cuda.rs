@@ -68,6 +68,7 @@ pub const DEFAULT_PORT_COUNT: u32 = 4096;
 /// Bytes of the JIT error log kept when the driver rejects a module.
 const JIT_LOG_BYTES: usize = 16 * 1024;
 
+mod arena;
 mod copy;
 mod device;
 mod error;

@@ -59,8 +59,8 @@ pub struct ServerConfig {
     /// The most buffer memory one server thread keeps between calls for
     /// streamed arguments and out-buffers, in bytes (default 64 MiB: one
     /// slice of the largest default size). A slice that goes by address
-    /// and finds no pinned memory lent for it (one over half the backend's
-    /// pinned budget, or a backend that lends none) is copied into a kept
+    /// and finds no pinned memory lent for it (the backend's pinned budget
+    /// taken or too small, or a backend that lends none) is copied into a kept
     /// buffer instead of fresh memory, whose first pass costs a page fault
     /// per page (on the build machine, 64 MiB: 90-100 ms fresh, 12-15 ms
     /// kept). Past this, the largest buffers are freed after each call; 0

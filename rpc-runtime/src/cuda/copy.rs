@@ -14,12 +14,13 @@
 //! never while waiting for anything else, so this cannot deadlock).
 //!
 //! The server can also borrow pinned memory for a whole call
-//! ([`DeviceMemory::lend`], from the same budget; at most half of it per
-//! call, and none when the budget is taken: the call then uses ordinary
-//! buffers and the stages). So that a thread holding such a loan never
-//! waits for a stage nobody can make, one stage is always allowed: the
-//! pinned memory of a region's copies is at most the limit plus one stage
-//! (8 MiB). Slices that lie in lent memory as they lie on the device (the
+//! ([`DeviceMemory::lend`], from the same budget: a piece of an arena, one
+//! pinned allocation lent in pieces (`arena.rs`), so the memory made for
+//! one large call serves several smaller ones at once later; none when the
+//! budget is taken: the call then uses ordinary buffers and the stages). So
+//! that a thread holding such a loan never waits for a stage nobody can
+//! make, one stage is always allowed: the pinned memory of a region's copies
+//! is at most the limit plus one stage (8 MiB). Slices that lie in lent memory as they lie on the device (the
 //! server packs a call's slices in lane order, so a warp's adjacent slices
 //! do) move between the device and it in one transfer, with no staging copy
 //! at all.
@@ -40,6 +41,7 @@ use std::sync::{Condvar, Mutex};
 
 use cudarc::driver::{result, sys, DriverError};
 
+use super::arena::{Arena, PIECE_BYTES};
 use crate::device_memory::{CopyError, DeviceMemory};
 
 use super::*;
@@ -131,7 +133,7 @@ impl Drop for Stage {
 
 /// A driver call, a panic of the binding (a missing symbol) included, as a
 /// [`CopyError`] naming it.
-fn call<T>(what: &'static str, f: impl FnOnce() -> Result<T, DriverError>) -> Result<T, CopyError> {
+pub(super) fn call<T>(what: &'static str, f: impl FnOnce() -> Result<T, DriverError>) -> Result<T, CopyError> {
     match raw_guard(what, f) {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(CopyError { what, code: e.0 as i64 }),
@@ -139,44 +141,11 @@ fn call<T>(what: &'static str, f: impl FnOnce() -> Result<T, DriverError>) -> Re
     }
 }
 
-/// Pinned memory lent to a server for one call ([`DeviceMemory::lend`]).
-struct Arena {
-    host: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: as for `Stage`: an owned pinned allocation, used by one thread at
-// a time.
-unsafe impl Send for Arena {}
-
-impl Arena {
-    fn new(len: usize) -> Result<Arena, CopyError> {
-        // SAFETY: allocates host memory; no pointer is read.
-        let host = call("cuMemHostAlloc", || unsafe {
-            result::malloc_host(len, sys::CU_MEMHOSTALLOC_PORTABLE)
-        })?;
-        let host = NonNull::new(host.cast::<u8>()).ok_or(CopyError {
-            what: "cuMemHostAlloc returned null",
-            code: 0,
-        })?;
-        Ok(Arena { host, len })
-    }
-}
-
-impl Drop for Arena {
-    fn drop(&mut self) {
-        // SAFETY: the arena's own pinned allocation, no longer lent.
-        let _ = call("cuMemFreeHost", || unsafe {
-            result::free_host(self.host.as_ptr().cast())
-        });
-    }
-}
-
 /// The stages and arenas of one region's copies.
 struct Pool {
     idle: Vec<Stage>,
     made: usize,
-    /// Arenas not lent now.
+    /// Every arena, with which of its pieces are lent now.
     arenas: Vec<Arena>,
     /// Bytes of every arena, lent or not.
     arena_bytes: usize,
@@ -553,51 +522,66 @@ impl DeviceMemory for CudaCopies {
     }
 
     fn lend(&self, bytes: usize) -> Option<crate::device_memory::Lent<'_>> {
-        // Whole MiBs, so arenas are reused across calls of similar size; at
-        // most half the limit, so stages and another thread's loan fit too.
-        let need = bytes.max(1).next_multiple_of(1 << 20);
-        if need > self.limit / 2 {
+        // A piece of an arena: of one with room, else of a new one (whole
+        // MiBs, so that later calls find room in it), while the arenas and
+        // stages stay within the limit. A call may take the whole budget;
+        // while it does, other calls use ordinary buffers and the one stage
+        // always allowed.
+        let need = bytes.max(1).next_multiple_of(PIECE_BYTES);
+        if need > self.limit {
             return None;
         }
         let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
-        let found = (0..pool.arenas.len())
-            .filter(|&i| pool.arenas[i].len >= need)
-            .min_by_key(|&i| pool.arenas[i].len);
-        let arena = match found {
-            Some(i) => pool.arenas.swap_remove(i),
+        let found = pool
+            .arenas
+            .iter_mut()
+            .find_map(|a| a.free.take(need).map(|at| (a.host, at)));
+        let (host, at) = match found {
+            Some(piece) => piece,
             None => {
-                // No room: the call uses ordinary buffers. (Idle arenas are
-                // not freed to make room: freeing pinned memory may wait
-                // for the device, which may be waiting for this server.)
-                if pool.bytes() + need > self.limit {
+                // No room: the call uses ordinary buffers. (Arenas are not
+                // freed to make room: freeing pinned memory may wait for
+                // the device, which may be waiting for this server.)
+                let size = need.next_multiple_of(1 << 20);
+                if pool.bytes() + size > self.limit {
                     return None;
                 }
-                pool.arena_bytes += need;
+                pool.arena_bytes += size;
                 drop(pool);
-                let made = Arena::new(need);
+                let made = Arena::new(size);
                 pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
                 match made {
-                    Ok(a) => a,
+                    Ok(mut a) => {
+                        let at = a.free.take(need).expect("a new arena holds its first piece");
+                        let host = a.host;
+                        pool.arenas.push(a);
+                        (host, at)
+                    }
                     Err(_) => {
-                        pool.arena_bytes -= need;
+                        pool.arena_bytes -= size;
                         return None;
                     }
                 }
             }
         };
-        let (ptr, len) = (arena.host, arena.len);
-        pool.lent.push((ptr.as_ptr() as usize, ptr.as_ptr() as usize + len));
+        // SAFETY: pointer arithmetic only: `at + need` is within the arena.
+        let ptr = unsafe { NonNull::new_unchecked(host.as_ptr().add(at)) };
+        let start = ptr.as_ptr() as usize;
+        pool.lent.push((start, start + need));
         drop(pool);
         let back = Box::new(move || {
             let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
-            pool.lent.retain(|&(a, _)| a != arena.host.as_ptr() as usize);
-            pool.arenas.push(arena);
+            pool.lent.retain(|&(a, _)| a != start);
+            if let Some(a) = pool.arenas.iter_mut().find(|a| a.host == host) {
+                a.free.give(at, need);
+            }
             drop(pool);
-            self.freed.notify_one();
+            self.freed.notify_all();
         });
-        // SAFETY: the arena's `len` bytes are this loan's alone: it left the
-        // pool's idle list and returns to it only when `back` runs.
-        Some(unsafe { crate::device_memory::Lent::new(ptr, len, back) })
+        // SAFETY: the piece's `need` bytes are this loan's alone: the arena's
+        // free ranges no longer hold them, and get them back only when
+        // `back` runs.
+        Some(unsafe { crate::device_memory::Lent::new(ptr, need, back) })
     }
 }
 

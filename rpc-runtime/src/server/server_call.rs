@@ -222,9 +222,9 @@ impl ServerCall<'_> {
     /// memory the call borrowed for direct slices when this one goes direct
     /// (the host method then writes where the copy to the device leaves
     /// from), else a buffer the thread kept from an earlier call (a large
-    /// one of numbers: no page faults), else a vector. Fails with [`Status::TooLarge`] instead of
-    /// aborting the process when the host cannot allocate it (limits
-    /// configured beyond the host's memory).
+    /// one of numbers: no page faults), else a vector. Fails with
+    /// [`Status::TooLarge`] instead of aborting the process when the host
+    /// cannot allocate it (limits configured beyond the host's memory).
     pub fn out_buffer<T: Wire>(&self, lane: u32, j: usize) -> Result<OutBuffer<'_, T>, LaneError> {
         let block = self.blocks.get(lane);
         let count = lens_of(block, self.n_in + j);
@@ -362,8 +362,9 @@ impl ServerCall<'_> {
         }
         bytes.clear();
         match T::slice_as_bytes(data) {
-            // Numbers: the layout is the slice, padded to whole packets (one
-            // pass over the bytes, which may be megabytes).
+            // Numbers (sizes that divide a packet): the layout is the slice,
+            // padded to whole packets (one pass over the bytes, which may be
+            // megabytes).
             Some(raw) => {
                 // (Exact: the padding must not double the allocation.)
                 bytes.reserve_exact(padded);

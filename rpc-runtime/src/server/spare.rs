@@ -1,6 +1,7 @@
 //! Large byte buffers a server thread keeps between calls, for the slices
-//! that go direct but find no memory lent for them (a slice over half the
-//! pinned budget, or a backend that lends none): the streamed inputs copied
+//! that go direct but find no memory lent for them (a GPU's pinned budget
+//! taken by other calls or smaller than the slice, or a backend that lends
+//! none): the streamed inputs copied
 //! from the device into them, and the host methods' out-buffers written in
 //! them. A fresh buffer of megabytes costs a page fault per page on its
 //! first pass; one kept from an earlier call of that size does not (on the

@@ -371,13 +371,18 @@ fn bandwidth(dev: &CudaDevice, module: &Module) {
         (v[v.len() / 2], v[0], v[v.len() - 1])
     };
     for dir in [0u32, 1] {
-        for (lanes, bytes) in [
-            (32usize, 64usize),
-            (32, 4096),
-            (32, 65_536),
-            (32, 1 << 20),
-            (1, 4 << 20),
-            (1, 64 << 20),
+        // (lanes, bytes per lane, pinned budget: the default, or one too
+        // small to lend the slice, which then goes through the stages into
+        // the server's kept buffers)
+        let default = gpu_rpc::cuda::DEFAULT_STAGING_BYTES;
+        for (lanes, bytes, pinned) in [
+            (32usize, 64usize, default),
+            (32, 4096, default),
+            (32, 65_536, default),
+            (32, 1 << 20, default),
+            (1, 4 << 20, default),
+            (1, 64 << 20, default),
+            (1, 64 << 20, 16 << 20),
         ] {
             let per_call = lanes * bytes;
             let data = DeviceBuffer::new(dev, per_call).unwrap();
@@ -404,7 +409,8 @@ fn bandwidth(dev: &CudaDevice, module: &Module) {
                         KernelArg::U32(dir | if packets { 2 } else { 0 }),
                         KernelArg::Ptr(out.device_ptr()),
                     ];
-                    let r = launch(&kernel, &cfg, &d, &args).unwrap();
+                    let region = CudaRegion::new(dev, 1).unwrap().with_staging_limit(pinned);
+                    let r = launch_with_region(&region, &kernel, &cfg, &d, &args).unwrap();
                     let moved = counters.sunk.load(Ordering::Relaxed) + bulk.sent.load(Ordering::Relaxed);
                     assert_eq!(moved, (per_call * iters as usize) as u64);
                     assert_eq!(d.error_count(), 0);
@@ -439,8 +445,9 @@ fn bandwidth(dev: &CudaDevice, module: &Module) {
                 None => ("—".to_string(), "—".to_string()),
             };
             println!(
-                "| {} | {lanes} | {bytes} | {iters} | {r:.3} [{rlo:.3}, {rhi:.3}] | {c:.2} [{clo:.2}, {chi:.2}] | {:.3} | {p} | {vs} |",
+                "| {}{} | {lanes} | {bytes} | {iters} | {r:.3} [{rlo:.3}, {rhi:.3}] | {c:.2} [{clo:.2}, {chi:.2}] | {:.3} | {p} | {vs} |",
                 if dir == 0 { "device → host" } else { "host → device" },
+                if pinned == default { String::new() } else { format!(" ({} MiB pinned)", pinned >> 20) },
                 r / c
             );
         }

@@ -11,7 +11,10 @@
 //! 4. `sink`: streamed `&[u8]` of several sizes, byte counts exact;
 //! 5. bulk data both ways (`Bulk`): every byte of slices of 0 B .. 64 MiB in
 //!    global memory (direct above the threshold) and on the stack (packets),
-//!    elements of 1, 4 and 8 bytes, while the kernel keeps running.
+//!    elements of 1, 4 and 8 bytes, while the kernel keeps running; with the
+//!    default pinned budget (slices in lent pinned memory, a 64 MiB one
+//!    taking all of it) and with a 16 MiB one (most slices through the
+//!    stages into the server's kept buffers).
 //!
 //! Exits with 0 when every check passed, 1 otherwise; prints one line per
 //! check with its numbers.
@@ -343,17 +346,49 @@ fn bulk_checks(ctx: &mut Ctx, module: &Module) {
     use gpu_examples::BulkHost;
     let check = module.kernel("rpc_bulk_check_kernel").expect("rpc_bulk_check_kernel");
     let local = module.kernel("rpc_bulk_local_kernel").expect("rpc_bulk_local_kernel");
-    // (name, kernel, grid, block, stride, one size)
+    // (name, kernel, grid, block, stride, one size, pinned staging limit)
     let stride: u64 = 65_536 + 64;
     // Under the 64 MiB per-slice limit with the `u32` slice's extra element.
     let big: u64 = (64 << 20) - 16;
-    let runs: [(&str, &Kernel<'_>, u32, u32, u64, u64); 4] = [
-        ("bulk/sizes-0..64KiB-1-warp", &check, 1, 32, stride, u64::MAX),
-        ("bulk/sizes-0..64KiB-8x96-threads", &check, 8, 96, stride, u64::MAX),
-        ("bulk/64MiB-less-16B-1-lane", &check, 1, 1, big + 64, big),
-        ("bulk/stack-2560B-2x64-threads", &local, 2, 64, 0, 0),
+    let default = gpu_rpc::cuda::DEFAULT_STAGING_BYTES;
+    let runs: [(&str, &Kernel<'_>, u32, u32, u64, u64, usize); 6] = [
+        ("bulk/sizes-0..64KiB-1-warp", &check, 1, 32, stride, u64::MAX, default),
+        (
+            "bulk/sizes-0..64KiB-8x96-threads",
+            &check,
+            8,
+            96,
+            stride,
+            u64::MAX,
+            default,
+        ),
+        // A pinned budget of two stages: most calls find no room to borrow
+        // and go through the stages into the server's kept buffers, while
+        // others hold pieces of the arenas.
+        (
+            "bulk/sizes-0..64KiB-8x96-threads-16MiB-pinned",
+            &check,
+            8,
+            96,
+            stride,
+            u64::MAX,
+            16 << 20,
+        ),
+        // The whole default budget lent to one call (a pool with room).
+        ("bulk/64MiB-less-16B-1-lane", &check, 1, 1, big + 64, big, default),
+        // Too large to lend: through the stages into kept buffers.
+        (
+            "bulk/64MiB-less-16B-1-lane-16MiB-pinned",
+            &check,
+            1,
+            1,
+            big + 64,
+            big,
+            16 << 20,
+        ),
+        ("bulk/stack-2560B-2x64-threads", &local, 2, 64, 0, 0, default),
     ];
-    for (name, kernel, grid, block, stride, one) in runs {
+    for (name, kernel, grid, block, stride, one, pinned) in runs {
         let t0 = Instant::now();
         let threads = (grid * block) as usize;
         let host = Arc::new(BulkHost::default());
@@ -375,18 +410,24 @@ fn bulk_checks(ctx: &mut Ctx, module: &Module) {
                 })
         } else {
             let data = gpu_rpc::cuda::DeviceBuffer::new(&ctx.dev, threads * stride as usize).expect("device buffer");
-            gpu_rpc::cuda::launch(
-                kernel,
-                &cfg,
-                &d,
-                &[
-                    KernelArg::Ptr(data.device_ptr()),
-                    KernelArg::U64(stride),
-                    KernelArg::U64(one),
-                    KernelArg::Ptr(out.device_ptr()),
-                ],
-            )
-            .map_err(|e| e.to_string())
+            let ports = cfg.warps().min(cfg.port_count as u64) as u32;
+            gpu_rpc::cuda::CudaRegion::new(&ctx.dev, ports)
+                .map(|region| region.with_staging_limit(pinned))
+                .and_then(|region| {
+                    gpu_rpc::cuda::launch_with_region(
+                        &region,
+                        kernel,
+                        &cfg,
+                        &d,
+                        &[
+                            KernelArg::Ptr(data.device_ptr()),
+                            KernelArg::U64(stride),
+                            KernelArg::U64(one),
+                            KernelArg::Ptr(out.device_ptr()),
+                        ],
+                    )
+                })
+                .map_err(|e| e.to_string())
         };
         // SAFETY: the kernel has finished.
         let bad: u64 = (0..threads).map(|g| unsafe { out.read_u64(g) }).sum();
