@@ -441,6 +441,11 @@ impl Dispatcher {
         if frame.reply {
             record.bytes_out += ok_lanes * ret_len as u64;
         }
+        // The lent memory goes back before the reply: the reply needs none
+        // of it (the out-buffers are on the device already), and the
+        // device's next call, which another server thread may serve as
+        // soon as the reply is out, finds it free.
+        drop(call.loan.take());
 
         if !frame.reply {
             port.close();
