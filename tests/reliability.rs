@@ -1183,6 +1183,16 @@ impl gpu_rpc::device_memory::DeviceMemory for NoLoans {
     }
 }
 
+/// Raises a server's stop flag when dropped, so that a failed assertion in
+/// a test's device loop does not leave its scope waiting for the server.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 /// Large direct slices on a server that is lent no memory go through
 /// buffers its thread keeps between calls: every byte arrives each way, a
 /// kept buffer never shows a host method an earlier call's bytes (an
@@ -1218,18 +1228,10 @@ fn large_direct_slices_without_lent_memory_are_exact_across_calls() {
     };
     let stop = AtomicBool::new(false);
     let server = region.server().with_memory(&NoLoans);
-    // Stops the server however the calls end (a failed assertion must not
-    // leave the scope waiting for it).
-    struct Stop<'a>(&'a AtomicBool);
-    impl Drop for Stop<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Release);
-        }
-    }
     std::thread::scope(|s| {
         let (d, stop, server) = (&d, &stop, &server);
         let served = s.spawn(move || d.serve_until(server, 0, 1, stop));
-        let _stop = Stop(stop);
+        let _stop = StopOnDrop(stop);
         // Sizes around the kept buffers' smallest and odd lengths, each
         // size twice (the second call of a size reuses what the first left).
         for (round, len) in [(1 << 20) + 3, 100_001, (3 << 20) - 1, (1 << 20) + 3, 65_536, 3 << 20]
@@ -1282,6 +1284,100 @@ fn large_direct_slices_without_lent_memory_are_exact_across_calls() {
                 "the unwritten half of {len} bytes is not zeros"
             );
         }
+        drop(_stop);
+        served.join().unwrap().unwrap();
+    });
+    assert_eq!(d.errors(), []);
+}
+
+/// Memory a server borrows for a call is given back before the call's
+/// reply: the device's next call, which another server thread may serve the
+/// moment the reply is out, must find it free (a memory that holds one
+/// call's worth, as a GPU's pinned budget may, otherwise sends that call
+/// through slower buffers). Counted by a memory that lends heap buffers and
+/// counts the loans out; the device checks the count as soon as it sees each
+/// reply, both directions, several calls.
+#[test]
+fn lent_memory_is_given_back_before_the_reply() {
+    use gpu_rpc::call::len_word;
+    use gpu_rpc::device_memory::{CopyError, DeviceMemory, Lent};
+    use std::sync::atomic::AtomicI64;
+
+    struct CountedLoans {
+        out: AtomicI64,
+    }
+    impl DeviceMemory for CountedLoans {
+        fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+            gpu_rpc::cpu::ProcessMemory.read(copies, failed)
+        }
+        fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+            gpu_rpc::cpu::ProcessMemory.write(copies, failed)
+        }
+        fn lend(&self, bytes: usize) -> Option<Lent<'_>> {
+            let raw = Box::into_raw(vec![0u8; bytes].into_boxed_slice());
+            // SAFETY: `raw` came from `Box::into_raw` just above.
+            let ptr = std::ptr::NonNull::new(unsafe { (*raw).as_mut_ptr() })?;
+            // Relaxed: the count is read by the device thread only after
+            // the reply's flip, which the server's release fence orders
+            // after the decrement when the loan goes back first.
+            self.out.fetch_add(1, Ordering::Relaxed);
+            let back = Box::new(move || {
+                // SAFETY: the box is rebuilt once, when the loan ends.
+                drop(unsafe { Box::from_raw(raw) });
+                self.out.fetch_sub(1, Ordering::Relaxed);
+            });
+            // SAFETY: the `bytes` bytes are the loan's alone until `back`
+            // frees them.
+            Some(unsafe { Lent::new(ptr, bytes, back) })
+        }
+    }
+
+    let memory = CountedLoans { out: AtomicI64::new(0) };
+    let mut d = Dispatcher::new(ServerConfig {
+        log_errors: false,
+        ..ServerConfig::default()
+    });
+    d.add(RelServer(Arc::new(Host::default()))).unwrap();
+    let region = CpuRegion::new(Layout::new(1, 1).unwrap());
+    let dev = raw_device(&region);
+    let stop = AtomicBool::new(false);
+    let server = region.server().with_memory(&memory);
+    let data = vec![3u8; 100_000];
+    let mut out = vec![0u8; 100_000];
+    std::thread::scope(|s| {
+        let (d, stop, server) = (&d, &stop, &server);
+        let served = s.spawn(move || d.serve_until(server, 0, 1, stop));
+        let _stop = StopOnDrop(stop);
+        for round in 0..20u8 {
+            // `sum(&[u8])` and `fill(seed, &mut [u8])` in turn.
+            let (desc, len, addr) = if round % 2 == 0 {
+                (RelRpc::SUM, data.len(), data.as_ptr() as u64)
+            } else {
+                (RelRpc::FILL, out.len(), out.as_mut_ptr() as u64)
+            };
+            let mut block = len_word(len as u64, true).to_le_bytes().to_vec();
+            if round % 2 == 1 {
+                block.push(round); // `fill`'s seed
+            }
+            dev.inject(0, desc.opcode, 0b1, &[(0, frame(desc.frame_word().pack(), &block))]);
+            while !dev.owned(0) {
+                std::hint::spin_loop();
+            }
+            let mut b = Buffer::default();
+            b.data[0] = addr;
+            dev.write(0, 0, &b);
+            dev.flip(0);
+            while !dev.owned(0) {
+                std::hint::spin_loop();
+            }
+            assert_eq!(dev.status(0, 0), Status::Ok);
+            assert_eq!(
+                memory.out.load(Ordering::Relaxed),
+                0,
+                "a loan was still out when call {round}'s reply came"
+            );
+        }
+        assert!(out.iter().enumerate().all(|(i, &b)| b == 19u8.wrapping_add(i as u8)));
         drop(_stop);
         served.join().unwrap().unwrap();
     });
