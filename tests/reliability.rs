@@ -398,6 +398,24 @@ fn raw_device(region: &CpuRegion) -> RawDevice<'_> {
     unsafe { RawDevice::new(region) }
 }
 
+/// Play one lane's call with one slice by address on port 0: the frame
+/// (`word`, `block`), then the packet with the address, then wait for the
+/// reply; its status and first return word.
+fn direct_call(dev: &RawDevice<'_>, opcode: u32, word: u64, block: &[u8], addr: u64) -> (Status, u64) {
+    dev.inject(0, opcode, 0b1, &[(0, frame(word, block))]);
+    while !dev.owned(0) {
+        std::hint::spin_loop();
+    }
+    let mut b = Buffer::default();
+    b.data[0] = addr;
+    dev.write(0, 0, &b);
+    dev.flip(0);
+    while !dev.owned(0) {
+        std::hint::spin_loop();
+    }
+    (dev.status(0, 0), dev.read(0, 0).data[1])
+}
+
 fn frame(word: u64, block: &[u8]) -> Buffer {
     let mut b = Buffer::default();
     b.data[0] = word;
@@ -678,23 +696,9 @@ fn lying_direct_addresses_are_refused() {
         let (d, stop, server) = (&d, &stop, &server);
         let served = s.spawn(move || d.serve_until(server, 0, 1, stop));
         let len = len_word(data.len() as u64, true).to_le_bytes();
-        dev.inject(
-            0,
-            RelRpc::SUM.opcode,
-            0b1,
-            &[(0, frame(RelRpc::SUM.frame_word().pack(), &len))],
-        );
-        while !dev.owned(0) {
-            std::hint::spin_loop();
-        }
-        let mut b = Buffer::default();
-        b.data[0] = data.as_ptr() as u64;
-        dev.write(0, 0, &b);
-        dev.flip(0);
-        while !dev.owned(0) {
-            std::hint::spin_loop();
-        }
-        assert_eq!(dev.status(0, 0), Status::InvalidArgument);
+        let word = RelRpc::SUM.frame_word().pack();
+        let (st, _) = direct_call(&dev, RelRpc::SUM.opcode, word, &len, data.as_ptr() as u64);
+        assert_eq!(st, Status::InvalidArgument);
         stop.store(true, Ordering::Release);
         served.join().unwrap().unwrap();
     });
@@ -1211,21 +1215,7 @@ fn large_direct_slices_without_lent_memory_are_exact_across_calls() {
     d.add(RelServer(Arc::clone(&host))).unwrap();
     let region = CpuRegion::new(Layout::new(1, 1).unwrap());
     let dev = raw_device(&region);
-    // One lane, one direct slice: the frame, the address packet, the reply.
-    let call = |opcode: u32, word: u64, block: &[u8], addr: u64| {
-        dev.inject(0, opcode, 0b1, &[(0, frame(word, block))]);
-        while !dev.owned(0) {
-            std::hint::spin_loop();
-        }
-        let mut b = Buffer::default();
-        b.data[0] = addr;
-        dev.write(0, 0, &b);
-        dev.flip(0);
-        while !dev.owned(0) {
-            std::hint::spin_loop();
-        }
-        (dev.status(0, 0), dev.read(0, 0).data[1])
-    };
+    let call = |opcode: u32, word: u64, block: &[u8], addr: u64| direct_call(&dev, opcode, word, block, addr);
     let stop = AtomicBool::new(false);
     let server = region.server().with_memory(&NoLoans);
     std::thread::scope(|s| {
@@ -1359,18 +1349,8 @@ fn lent_memory_is_given_back_before_the_reply() {
             if round % 2 == 1 {
                 block.push(round); // `fill`'s seed
             }
-            dev.inject(0, desc.opcode, 0b1, &[(0, frame(desc.frame_word().pack(), &block))]);
-            while !dev.owned(0) {
-                std::hint::spin_loop();
-            }
-            let mut b = Buffer::default();
-            b.data[0] = addr;
-            dev.write(0, 0, &b);
-            dev.flip(0);
-            while !dev.owned(0) {
-                std::hint::spin_loop();
-            }
-            assert_eq!(dev.status(0, 0), Status::Ok);
+            let (st, _) = direct_call(&dev, desc.opcode, desc.frame_word().pack(), &block, addr);
+            assert_eq!(st, Status::Ok);
             assert_eq!(
                 memory.out.load(Ordering::Relaxed),
                 0,
