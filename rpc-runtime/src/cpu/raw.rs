@@ -95,6 +95,24 @@ impl<'r> RawDevice<'r> {
         }
     }
 
+    /// Write word `w` of lane `lane`'s buffer of `port` (published by the
+    /// next flip): a device that writes only the words a call uses, as the
+    /// client does, e.g. to drive a server at the speed of a GPU's warps.
+    pub fn write_word(&self, port: u32, lane: u32, w: usize, v: u64) {
+        assert!(w < BUFFER_BYTES / 8, "word {w} of a {BUFFER_BYTES}-byte buffer");
+        // Relaxed: published by the release fence in `flip`.
+        self.u64_at(self.word_offset(port, lane, w)).store(v, Ordering::Relaxed);
+    }
+
+    /// Read word `w` of lane `lane`'s buffer of `port` (after
+    /// [`owned`](Self::owned)).
+    pub fn read_word(&self, port: u32, lane: u32, w: usize) -> u64 {
+        assert!(w < BUFFER_BYTES / 8, "word {w} of a {BUFFER_BYTES}-byte buffer");
+        // Relaxed: ordered after the server's writes by the acquire fence
+        // in `owned`.
+        self.u64_at(self.word_offset(port, lane, w)).load(Ordering::Relaxed)
+    }
+
     /// Read lane `lane`'s buffer of `port` (after [`owned`](Self::owned)
     /// said the server handed it back).
     pub fn read(&self, port: u32, lane: u32) -> Buffer {

@@ -13,6 +13,10 @@ pub(crate) struct LaneRecords {
     /// Distance between records: `len` rounded up to a whole word, so that
     /// records move to and from packets a word at a time.
     stride: usize,
+    /// Lanes with a record (`0..count`): `bytes.len() == count * stride`
+    /// and `len <= stride`, so the record of a lane below `count` lies
+    /// inside `bytes` (the one invariant the accessors' checks rest on).
+    count: usize,
 }
 
 impl LaneRecords {
@@ -23,15 +27,29 @@ impl LaneRecords {
     pub(crate) fn reset(&mut self, len: usize, lanes: u64) {
         self.len = len;
         self.stride = len.next_multiple_of(8);
-        let count = (u64::BITS - lanes.leading_zeros()) as usize;
+        self.count = (u64::BITS - lanes.leading_zeros()) as usize;
         self.bytes.clear();
-        self.bytes.resize(count * self.stride, 0);
+        self.bytes.resize(self.count * self.stride, 0);
+    }
+
+    /// Where lane `lane`'s record starts, if it has one. One comparison per
+    /// lane (the server's per-lane path): a lane below `count` has its
+    /// whole record, and a whole word from any of its word offsets below
+    /// `len`, inside `bytes`.
+    #[inline(always)]
+    fn start(&self, lane: u32) -> Option<usize> {
+        ((lane as usize) < self.count).then(|| lane as usize * self.stride)
     }
 
     /// Lane `lane`'s record (empty for a lane `reset` made no room for).
+    #[inline]
     pub(crate) fn get(&self, lane: u32) -> &[u8] {
-        let at = lane as usize * self.stride;
-        self.bytes.get(at..at + self.len).unwrap_or_default()
+        match self.start(lane) {
+            // SAFETY: `at + len <= (lane + 1) * stride <= count * stride ==
+            // bytes.len()` (the invariant on `count`).
+            Some(at) => unsafe { self.bytes.get_unchecked(at..at + self.len) },
+            None => &[],
+        }
     }
 
     /// Set bytes `8 * k .. 8 * k + 8` of lane `lane`'s record to the
@@ -39,27 +57,28 @@ impl LaneRecords {
     /// of words takes the rest of its last word in its padding; nothing for
     /// a lane `reset` made no room for). Always whole words: the server's
     /// hot path, a single store.
+    #[inline]
     pub(crate) fn set_word(&mut self, lane: u32, k: usize, v: u64) {
-        if 8 * k < self.len {
-            let at = lane as usize * self.stride + 8 * k;
-            if let Some(dst) = self.bytes.get_mut(at..at + 8) {
-                dst.copy_from_slice(&v.to_le_bytes());
-            }
+        if let (true, Some(at)) = (8 * k < self.len, self.start(lane)) {
+            // SAFETY: `8 * k < len` makes `8 * k + 8 <= stride` (a whole
+            // number of words), so the word lies inside the lane's stride,
+            // inside `bytes` (the invariant on `count`).
+            unsafe { self.bytes.get_unchecked_mut(at + 8 * k..at + 8 * k + 8) }.copy_from_slice(&v.to_le_bytes());
         }
     }
 
     /// Bytes `8 * k ..` of lane `lane`'s record as a little-endian word,
     /// zero past the record's end.
+    #[inline]
     pub(crate) fn word(&self, lane: u32, k: usize) -> u64 {
         let Some(n) = self.len.checked_sub(8 * k).filter(|&n| n > 0) else {
             return 0;
         };
-        let at = lane as usize * self.stride + 8 * k;
-        let w = self
-            .bytes
-            .get(at..at + 8)
-            .and_then(|b| b.try_into().ok())
-            .map_or(0, u64::from_le_bytes);
+        let Some(at) = self.start(lane) else { return 0 };
+        let mut b = [0; 8];
+        // SAFETY: `8 * k < len` (`n > 0`), so as in `set_word`.
+        b.copy_from_slice(unsafe { self.bytes.get_unchecked(at + 8 * k..at + 8 * k + 8) });
+        let w = u64::from_le_bytes(b);
         if n < 8 {
             w & ((1u64 << (8 * n)) - 1)
         } else {
@@ -69,9 +88,13 @@ impl LaneRecords {
 
     /// Lane `lane`'s record, to write (empty for a lane `reset` made no
     /// room for).
+    #[inline]
     pub(crate) fn get_mut(&mut self, lane: u32) -> &mut [u8] {
-        let at = lane as usize * self.stride;
-        self.bytes.get_mut(at..at + self.len).unwrap_or_default()
+        match self.start(lane) {
+            // SAFETY: as in `get`.
+            Some(at) => unsafe { self.bytes.get_unchecked_mut(at..at + self.len) },
+            None => &mut [],
+        }
     }
 }
 
@@ -119,5 +142,50 @@ mod tests {
         assert_eq!(r.word(1, 2), 0);
         assert_eq!(r.word(5, 0), 0, "a lane without room");
         r.set_word(5, 0, 1);
+    }
+
+    /// Every length, lane and word offset against a model of one `Vec` per
+    /// lane: the accessors' single comparison per lane never reaches past a
+    /// record or the buffer, whatever the call asks.
+    #[test]
+    fn every_lane_and_word_matches_a_model() {
+        let mut r = LaneRecords::default();
+        for len in 0..=40usize {
+            for lanes in [0u64, 1, 0b100, 0x8000_0000, u64::MAX] {
+                r.reset(len, lanes);
+                let count = (64 - lanes.leading_zeros()) as usize;
+                let mut model: Vec<Vec<u8>> = (0..count).map(|_| vec![0; len]).collect();
+                for lane in 0..64u32 {
+                    for k in 0..7usize {
+                        let v = 0x0101_0101_0101_0101u64.wrapping_mul(lane as u64 * 7 + k as u64 + 1);
+                        r.set_word(lane, k, v);
+                        if let Some(m) = model.get_mut(lane as usize) {
+                            let bytes = v.to_le_bytes();
+                            let end = (8 * k + 8).min(len);
+                            if 8 * k < len {
+                                m[8 * k..end].copy_from_slice(&bytes[..end - 8 * k]);
+                            }
+                        }
+                    }
+                }
+                for lane in 0..70u32 {
+                    let want: &[u8] = model.get(lane as usize).map_or(&[], |m| m.as_slice());
+                    assert_eq!(r.get(lane), want, "len {len}, lanes {lanes:#x}, lane {lane}");
+                    assert_eq!(r.get_mut(lane).len(), want.len());
+                    for k in 0..7usize {
+                        let mut w = [0u8; 8];
+                        if 8 * k < want.len() {
+                            let end = (8 * k + 8).min(want.len());
+                            w[..end - 8 * k].copy_from_slice(&want[8 * k..end]);
+                        }
+                        assert_eq!(
+                            r.word(lane, k),
+                            u64::from_le_bytes(w),
+                            "len {len}, lane {lane}, word {k}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

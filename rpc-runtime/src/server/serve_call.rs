@@ -363,9 +363,17 @@ impl Dispatcher {
             _ => (0, 0),
         };
         rets.get_mut().reset(ret_len, lanes);
+        // Before dispatch a lane is refused only by the frame checks (then
+        // the call is not accepted) or by its streams' and out-buffers'
+        // checks and copies: a call without either has every lane still Ok.
+        let ok = if accepted && !streamed {
+            lanes
+        } else {
+            ok_mask(lanes, status)
+        };
         let mut call = ServerCall {
             lanes,
-            ok: ok_mask(lanes, status),
+            ok,
             port: index,
             opcode,
             method: method_name,

@@ -46,12 +46,35 @@ pub fn clip_message(s: &str) -> String {
     format!("{}{MARKER}", &s[..end])
 }
 
+/// The error of an argument the lane's block cannot give (kept out of the
+/// per-lane path: only a lying or mismatched client gets here).
+#[cold]
+fn bad_argument(index: u32, message: core::fmt::Arguments<'_>) -> LaneError {
+    LaneError {
+        status: Status::InvalidArgument,
+        detail: index,
+        message: message.to_string(),
+    }
+}
+
+/// Store `v` in a return slot of another size, cut or zero-padded (only a
+/// hand-written dispatch stores a value of the wrong size).
+#[cold]
+fn set_return_resized<T: Wire>(slot: &mut [u8], v: &T) {
+    let mut buf = vec![0; T::SIZE];
+    v.encode(&mut buf);
+    let n = slot.len().min(T::SIZE);
+    slot[..n].copy_from_slice(&buf[..n]);
+    slot[n..].fill(0);
+}
+
 /// The lanes of `mask`, lowest first.
 ///
 /// ```
 /// # use rpc_runtime as gpu_rpc;
 /// assert_eq!(gpu_rpc::server::iter_lanes(0b1010).collect::<Vec<_>>(), [1, 3]);
 /// ```
+#[inline]
 pub fn iter_lanes(mut mask: u64) -> impl Iterator<Item = u32> {
     core::iter::from_fn(move || {
         if mask == 0 {
@@ -145,22 +168,21 @@ impl ServerCall<'_> {
 
     /// Decode the scalar argument at byte `offset` of the encoded arguments.
     /// `index` names the argument in errors.
+    #[inline]
     pub fn arg_at<T: Wire>(&self, lane: u32, offset: usize, index: u32) -> Result<T, LaneError> {
         let b = self.blocks.get(lane);
         let start = self.arg_offset + offset;
-        let bytes = b.get(start..start + T::SIZE).ok_or_else(|| LaneError {
-            status: Status::InvalidArgument,
-            detail: index,
-            message: format!("argument {index} lies outside the argument block"),
-        })?;
-        T::decode(bytes).map_err(|e| LaneError {
-            status: Status::InvalidArgument,
-            detail: index,
-            message: format!("argument {index}: {e}"),
-        })
+        let Some(bytes) = b.get(start..start + T::SIZE) else {
+            return Err(bad_argument(
+                index,
+                format_args!("argument {index} lies outside the argument block"),
+            ));
+        };
+        T::decode(bytes).map_err(|e| bad_argument(index, format_args!("argument {index}: {e}")))
     }
 
     /// [`arg_at`](Self::arg_at) for argument 0 at offset `offset`.
+    #[inline]
     pub fn arg<T: Wire>(&self, lane: u32, offset: usize) -> Result<T, LaneError> {
         self.arg_at(lane, offset, 0)
     }
@@ -295,18 +317,16 @@ impl ServerCall<'_> {
     /// The reply carries as many bytes as the method returns: a value of
     /// another size (only a hand-written dispatch can store one) is cut or
     /// zero-padded to that.
+    #[inline]
     pub fn set_return<T: Wire>(&self, lane: u32, v: &T) {
         let mut rets = self.rets.borrow_mut();
         let slot = rets.get_mut(lane);
         if slot.len() == T::SIZE {
+            // The generated dispatch's case: a few instructions per lane.
             v.encode(slot);
-            return;
+        } else {
+            set_return_resized(slot, v);
         }
-        let mut buf = vec![0; T::SIZE];
-        v.encode(&mut buf);
-        let n = slot.len().min(T::SIZE);
-        slot[..n].copy_from_slice(&buf[..n]);
-        slot[n..].fill(0);
     }
 
     /// Whether lane `lane`'s out-buffer `j` goes direct (stored at its
