@@ -3,7 +3,7 @@
 //! statuses, return values and out-buffers; and the per-thread scratch
 //! buffers that keep this allocation-free in the steady state.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use super::direct::set_address;
 use super::lane_records::LaneRecords;
@@ -30,6 +30,9 @@ impl Dispatcher {
             status,
             detail,
             streamed: used_streams,
+            // `trim`'s own bookkeeping.
+            lane_bytes: _,
+            kept_bytes: _,
         } = scratch;
         let index = port.index();
         let opcode = port.opcode();
@@ -203,8 +206,8 @@ impl Dispatcher {
         // A call without streams or out-buffers has nothing to check (and
         // nothing to store below): its lanes are skipped.
         let streamed = n_in + n_out > 0;
-        *used_streams = streamed;
         let with_streams = if streamed { lanes } else { 0 };
+        *used_streams = with_streams;
         let mut committed = 0u64;
         for lane in iter_lanes(with_streams) {
             let l = lane as usize;
@@ -386,6 +389,7 @@ impl Dispatcher {
             outs,
             spare,
             kept: RefCell::default(),
+            touched: Cell::new(0),
             errors: Vec::new(),
             n_in,
             loan,
@@ -426,6 +430,7 @@ impl Dispatcher {
         if let (true, true, Some(d), Some(m)) = (accepted, frame.reply, desc, memory) {
             self.copy_out(&mut call, d, addrs, m);
         }
+        *used_streams |= call.touched.get();
         for e in std::mem::take(&mut call.errors) {
             self.record(e);
         }
@@ -521,9 +526,16 @@ pub(super) struct Scratch {
     /// Each lane's status and detail word, as the reply will carry them.
     pub(super) status: [Status; MAX_LANES as usize],
     pub(super) detail: [u32; MAX_LANES as usize],
-    /// Whether the last call had streams or out-buffers (and so may have
-    /// grown those buffers: see [`trim`](Self::trim)).
-    pub(super) streamed: bool,
+    /// The lanes whose stream or out-buffers the last call may have grown
+    /// (its lanes if it had streams or out-buffers, and any lane a
+    /// hand-written dispatch stored an out-buffer for): what
+    /// [`trim`](Self::trim) walks.
+    pub(super) streamed: u64,
+    /// Each lane's stream and out-buffer capacity as the last `trim` left
+    /// it, and their sum: a `trim` after a call of a few lanes walks those
+    /// lanes only, and still knows what the thread keeps in all.
+    lane_bytes: [usize; MAX_LANES as usize],
+    kept_bytes: usize,
 }
 
 impl Scratch {
@@ -538,7 +550,9 @@ impl Scratch {
             spare: RefCell::default(),
             status: [Status::Ok; MAX_LANES as usize],
             detail: [0; MAX_LANES as usize],
-            streamed: false,
+            streamed: 0,
+            lane_bytes: [0; MAX_LANES as usize],
+            kept_bytes: 0,
         }
     }
 
@@ -554,29 +568,34 @@ impl Scratch {
 
     /// Make the buffers ready for the next call on this thread, keeping at
     /// most `keep` bytes of stream, out-buffer and spare capacity (past it,
-    /// the largest are freed first, so small ones keep their reuse). The
-    /// streams and out-buffers are walked only when the last call had some
-    /// (nothing else can have grown); large ones move to the spare buffers
+    /// the largest are freed first, so small ones keep their reuse). Only
+    /// the lanes the last call may have grown are walked (`streamed`: none
+    /// for a call without streams or out-buffers; the other lanes' capacity
+    /// is known from earlier trims); large buffers move to the spare buffers
     /// with their bytes; the argument blocks and return values,
     /// held to `MAX_ARG_BYTES` and `MAX_RET_BYTES` (plus the length words)
     /// by the frame, are always kept, and the next call resets them.
     pub(super) fn trim(&mut self, keep: usize) {
-        if !std::mem::take(&mut self.streamed) {
+        let lanes = std::mem::take(&mut self.streamed);
+        if lanes == 0 {
             return;
         }
         let spare = self.spare.get_mut();
         let outs = self.outs.get_mut();
-        for v in self.streams.iter_mut().chain(outs.iter_mut()).flatten() {
-            if v.capacity() >= SPARE_MIN_BYTES {
-                spare.give(std::mem::take(v));
+        for lane in iter_lanes(lanes) {
+            let l = lane as usize;
+            let mut bytes = 0;
+            for v in self.streams[l].iter_mut().chain(outs[l].iter_mut()) {
+                if v.capacity() >= SPARE_MIN_BYTES {
+                    spare.give(std::mem::take(v));
+                }
+                v.clear();
+                bytes += v.capacity();
             }
+            self.kept_bytes = self.kept_bytes - self.lane_bytes[l] + bytes;
+            self.lane_bytes[l] = bytes;
         }
-        let mut total = 0;
-        for v in self.streams.iter_mut().chain(outs.iter_mut()).flatten() {
-            v.clear();
-            total += v.capacity();
-        }
-        if total > keep {
+        if self.kept_bytes > keep {
             let mut kept: Vec<&mut Vec<u8>> = self
                 .streams
                 .iter_mut()
@@ -585,6 +604,7 @@ impl Scratch {
                 .filter(|v| v.capacity() > 0)
                 .collect();
             kept.sort_unstable_by_key(|v| std::cmp::Reverse(v.capacity()));
+            let mut total = self.kept_bytes;
             for v in kept {
                 if total <= keep {
                     break;
@@ -592,8 +612,12 @@ impl Scratch {
                 total -= v.capacity();
                 *v = Vec::new();
             }
+            for (l, bytes) in self.lane_bytes.iter_mut().enumerate() {
+                *bytes = self.streams[l].iter().chain(outs[l].iter()).map(Vec::capacity).sum();
+            }
+            self.kept_bytes = self.lane_bytes.iter().sum();
         }
-        spare.trim(keep.saturating_sub(total));
+        spare.trim(keep.saturating_sub(self.kept_bytes));
     }
 }
 
@@ -648,7 +672,7 @@ mod tests {
         s.streams[5] = vec![vec![3; 2 << 20]];
         s.blocks.reset(64, u64::MAX);
         s.blocks.get_mut(63).fill(1);
-        s.streamed = true;
+        s.streamed = u64::MAX;
         s.trim(keep);
         let kept: usize = s
             .streams
@@ -666,7 +690,7 @@ mod tests {
         s.blocks.reset(64, u64::MAX);
         assert_eq!(s.blocks.get(63), [0; 64]);
         // Nothing kept at all when the cap is 0.
-        s.streamed = true;
+        s.streamed = u64::MAX;
         s.trim(0);
         let kept: usize = s.outs.get_mut().iter().flatten().map(Vec::capacity).sum();
         assert_eq!(kept + s.spare.get_mut().bytes(), 0);
@@ -679,11 +703,38 @@ mod tests {
         let mut s = Scratch::new();
         s.streams[0] = vec![vec![9; 1 << 20]];
         let at = s.streams[0][0].as_ptr();
-        s.streamed = true;
+        s.streamed = 1;
         s.trim(64 << 20);
         let b = s.spare.get_mut().take(1 << 20, 1).unwrap();
         assert_eq!(b.as_ptr(), at);
         assert!(b.iter().all(|&x| x == 9));
+    }
+
+    /// A trim after a call of one lane walks that lane only, and the cap
+    /// still counts what the other lanes kept from earlier calls.
+    #[test]
+    fn trims_of_single_lanes_keep_the_total_under_the_cap() {
+        let keep = 60 << 10;
+        let mut s = Scratch::new();
+        let total = |s: &mut Scratch| -> usize {
+            let outs: usize = s.outs.get_mut().iter().flatten().map(Vec::capacity).sum();
+            outs + s.streams.iter().flatten().map(Vec::capacity).sum::<usize>()
+        };
+        s.streams[3] = vec![Vec::with_capacity(40 << 10)];
+        s.streamed = 1 << 3;
+        s.trim(keep);
+        assert_eq!((total(&mut s), s.kept_bytes), (40 << 10, 40 << 10));
+        s.outs.get_mut()[5] = vec![Vec::with_capacity(30 << 10)];
+        s.streamed = 1 << 5;
+        s.trim(keep);
+        assert_eq!(total(&mut s), 30 << 10, "the larger, older buffer of lane 3 went");
+        assert_eq!(s.kept_bytes, 30 << 10);
+        assert_eq!(s.streams[3][0].capacity(), 0);
+        // A lane a hand-written dispatch stored for, outside the call's.
+        s.outs.get_mut()[9] = vec![Vec::with_capacity(20 << 10)];
+        s.streamed = 1 << 9;
+        s.trim(keep);
+        assert_eq!((total(&mut s), s.kept_bytes), (50 << 10, 50 << 10));
     }
 
     /// A call without streams leaves the stream buffers alone.

@@ -116,6 +116,10 @@ pub struct ServerCall<'d> {
     pub(super) spare: &'d std::cell::RefCell<Spare>,
     /// The out-buffers handed out in kept buffers and not yet dropped.
     pub(super) kept: std::cell::RefCell<Vec<KeptPlace>>,
+    /// The lanes whose out-buffers `set_out` or `out_buffer` may have grown
+    /// (a hand-written dispatch may name any lane): the thread's scratch
+    /// trims these after the call.
+    pub(super) touched: core::cell::Cell<u64>,
     pub(super) errors: Vec<ServerError>,
     pub(super) n_in: usize,
     /// Memory the backend lent for the call's direct slices.
@@ -248,6 +252,7 @@ impl ServerCall<'_> {
     /// [`Status::TooLarge`] instead of aborting the process when the host
     /// cannot allocate it (limits configured beyond the host's memory).
     pub fn out_buffer<T: Wire>(&self, lane: u32, j: usize) -> Result<OutBuffer<'_, T>, LaneError> {
+        self.touch(lane);
         let block = self.blocks.get(lane);
         let count = lens_of(block, self.n_in + j);
         let numbers = crate::wire::bytes_are_values::<T>();
@@ -329,6 +334,12 @@ impl ServerCall<'_> {
         }
     }
 
+    /// Note that lane `lane`'s out-buffers may grow in this call.
+    fn touch(&self, lane: u32) {
+        self.touched
+            .set(self.touched.get() | 1u64.checked_shl(lane).unwrap_or(0));
+    }
+
     /// Whether lane `lane`'s out-buffer `j` goes direct (stored at its
     /// device address, densely, instead of in packets).
     pub(super) fn out_direct(&self, lane: u32, j: usize) -> bool {
@@ -338,6 +349,7 @@ impl ServerCall<'_> {
     /// Store lane `lane`'s out-buffer `j` (elements packed whole per packet,
     /// or densely when it goes direct).
     pub fn set_out<T: Wire>(&self, lane: u32, j: usize, data: &[T]) {
+        self.touch(lane);
         // A direct out-buffer with a place in the call's loan goes there
         // (or is there already: the host method wrote its `OutBuffer`).
         if let (Some(loan), Some(raw)) = (self.loan.as_ref(), T::slice_as_bytes(data)) {
