@@ -81,6 +81,10 @@ if [ "$bench" = 1 ]; then
   else
     echo "nvcc not found: CUDA printf baseline skipped"
   fi
+  if [ -x "$dir/host-bench" ]; then
+    step "the server's own cost per warp-call on this machine's host (benches/host.rs, a synthetic device, no GPU)"
+    "$dir/host-bench" || fail=1
+  fi
 fi
 echo
 [ "$fail" = 0 ] && echo "ALL GPU CHECKS PASSED" || echo "SOME GPU CHECKS FAILED"
