@@ -66,6 +66,19 @@ if [ -x "$dir/gpu-run" ]; then
   ls -l "$bulk/file.bin"
   dd if=/dev/zero of="$bulk/dd.bin" bs=64M count=16 2>&1 | tail -1
   rm -rf "$bulk"
+  # The same in memory (tmpfs), where the file system is not the limit.
+  free_kib=$(df -k --output=avail /dev/shm 2>/dev/null | tail -1)
+  if [ -n "$free_kib" ] && [ "$free_kib" -gt 3000000 ]; then
+    step "gpu-run: the same 1 GiB to a file on /dev/shm (tmpfs), read back and checked; then dd to /dev/shm"
+    bulk=$(mktemp -d /dev/shm/gpu-run-bulk.XXXXXX)
+    expect 0 "$dir/gpu-run" --threads 32 --allow-write "$bulk" --allow-read "$bulk" --kernel file_bulk_kernel "$dir/kernels.ptx" "$bulk/file.bin"
+    ls -l "$bulk/file.bin"
+    rm -f "$bulk/file.bin"
+    dd if=/dev/zero of="$bulk/dd.bin" bs=64M count=16 2>&1 | tail -1
+    rm -rf "$bulk"
+  else
+    echo "skipped: /dev/shm has less than 3 GB free (or is missing): the 1 GiB file in memory"
+  fi
 fi
 
 if [ "$bench" = 1 ]; then
