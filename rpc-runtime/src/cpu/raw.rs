@@ -8,7 +8,7 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 use super::CpuRegion;
 use crate::call::Status;
-use crate::protocol::{Buffer, Layout, BUFFER_BYTES};
+use crate::protocol::{Buffer, Layout, BUFFER_BYTES, BUFFER_WORDS};
 
 /// Raw access to a [`CpuRegion`]'s shared memory, as a misbehaving device has
 /// it (the client lock words are not used).
@@ -88,10 +88,8 @@ impl<'r> RawDevice<'r> {
 
     /// Write lane `lane`'s buffer of `port` (published by the next flip).
     pub fn write(&self, port: u32, lane: u32, b: &Buffer) {
-        for (w, v) in b.data.iter().enumerate() {
-            // Relaxed: published by the release fence in `flip`.
-            self.u64_at(self.word_offset(port, lane, w))
-                .store(*v, Ordering::Relaxed);
+        for (w, &v) in b.data.iter().enumerate() {
+            self.write_word(port, lane, w, v);
         }
     }
 
@@ -99,7 +97,7 @@ impl<'r> RawDevice<'r> {
     /// next flip): a device that writes only the words a call uses, as the
     /// client does, e.g. to drive a server at the speed of a GPU's warps.
     pub fn write_word(&self, port: u32, lane: u32, w: usize, v: u64) {
-        assert!(w < BUFFER_BYTES / 8, "word {w} of a {BUFFER_BYTES}-byte buffer");
+        assert!(w < BUFFER_WORDS, "word {w} of a {BUFFER_BYTES}-byte buffer");
         // Relaxed: published by the release fence in `flip`.
         self.u64_at(self.word_offset(port, lane, w)).store(v, Ordering::Relaxed);
     }
@@ -107,7 +105,7 @@ impl<'r> RawDevice<'r> {
     /// Read word `w` of lane `lane`'s buffer of `port` (after
     /// [`owned`](Self::owned)).
     pub fn read_word(&self, port: u32, lane: u32, w: usize) -> u64 {
-        assert!(w < BUFFER_BYTES / 8, "word {w} of a {BUFFER_BYTES}-byte buffer");
+        assert!(w < BUFFER_WORDS, "word {w} of a {BUFFER_BYTES}-byte buffer");
         // Relaxed: ordered after the server's writes by the acquire fence
         // in `owned`.
         self.u64_at(self.word_offset(port, lane, w)).load(Ordering::Relaxed)
@@ -118,9 +116,7 @@ impl<'r> RawDevice<'r> {
     pub fn read(&self, port: u32, lane: u32) -> Buffer {
         let mut b = Buffer::default();
         for (w, v) in b.data.iter_mut().enumerate() {
-            // Relaxed: ordered after the server's writes by the acquire fence
-            // in `owned`.
-            *v = self.u64_at(self.word_offset(port, lane, w)).load(Ordering::Relaxed);
+            *v = self.read_word(port, lane, w);
         }
         b
     }
