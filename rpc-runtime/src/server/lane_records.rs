@@ -59,11 +59,23 @@ impl LaneRecords {
     /// hot path, a single store.
     #[inline]
     pub(crate) fn set_word(&mut self, lane: u32, k: usize, v: u64) {
-        if let (true, Some(at)) = (8 * k < self.len, self.start(lane)) {
-            // SAFETY: `8 * k < len` makes `8 * k + 8 <= stride` (a whole
-            // number of words), so the word lies inside the lane's stride,
-            // inside `bytes` (the invariant on `count`).
-            unsafe { self.bytes.get_unchecked_mut(at + 8 * k..at + 8 * k + 8) }.copy_from_slice(&v.to_le_bytes());
+        if let Some(at) = self.word_start(lane, k) {
+            // SAFETY: `word_start` gave a whole word inside `bytes`.
+            unsafe { self.bytes.get_unchecked_mut(at..at + 8) }.copy_from_slice(&v.to_le_bytes());
+        }
+    }
+
+    /// Where word `k` of lane `lane`'s record starts, if the lane has a
+    /// record and the record a byte at `8 * k`. Then the whole word lies
+    /// inside `bytes`: `8 * k < len` makes `8 * k + 8 <= stride` (a whole
+    /// number of words), inside the lane's stride, inside `bytes` (the
+    /// invariant on `count`).
+    #[inline(always)]
+    fn word_start(&self, lane: u32, k: usize) -> Option<usize> {
+        if 8 * k < self.len {
+            self.start(lane).map(|at| at + 8 * k)
+        } else {
+            None
         }
     }
 
@@ -71,14 +83,13 @@ impl LaneRecords {
     /// zero past the record's end.
     #[inline]
     pub(crate) fn word(&self, lane: u32, k: usize) -> u64 {
-        let Some(n) = self.len.checked_sub(8 * k).filter(|&n| n > 0) else {
-            return 0;
-        };
-        let Some(at) = self.start(lane) else { return 0 };
+        let Some(at) = self.word_start(lane, k) else { return 0 };
         let mut b = [0; 8];
-        // SAFETY: `8 * k < len` (`n > 0`), so as in `set_word`.
-        b.copy_from_slice(unsafe { self.bytes.get_unchecked(at + 8 * k..at + 8 * k + 8) });
+        // SAFETY: `word_start` gave a whole word inside `bytes`.
+        b.copy_from_slice(unsafe { self.bytes.get_unchecked(at..at + 8) });
         let w = u64::from_le_bytes(b);
+        // The record's bytes in this word (`8 * k < len`: at least one).
+        let n = self.len - 8 * k;
         if n < 8 {
             w & ((1u64 << (8 * n)) - 1)
         } else {
