@@ -32,7 +32,6 @@ impl Dispatcher {
             streamed: used_streams,
             // `trim`'s own bookkeeping.
             lane_bytes: _,
-            kept_bytes: _,
         } = scratch;
         let index = port.index();
         let opcode = port.opcode();
@@ -532,10 +531,9 @@ pub(super) struct Scratch {
     /// [`trim`](Self::trim) walks.
     pub(super) streamed: u64,
     /// Each lane's stream and out-buffer capacity as the last `trim` left
-    /// it, and their sum: a `trim` after a call of a few lanes walks those
-    /// lanes only, and still knows what the thread keeps in all.
+    /// it: a `trim` after a call of a few lanes walks those lanes only, and
+    /// still knows what the thread keeps in all (the sum).
     lane_bytes: [usize; MAX_LANES as usize],
-    kept_bytes: usize,
 }
 
 impl Scratch {
@@ -552,7 +550,6 @@ impl Scratch {
             detail: [0; MAX_LANES as usize],
             streamed: 0,
             lane_bytes: [0; MAX_LANES as usize],
-            kept_bytes: 0,
         }
     }
 
@@ -592,10 +589,10 @@ impl Scratch {
                 v.clear();
                 bytes += v.capacity();
             }
-            self.kept_bytes = self.kept_bytes - self.lane_bytes[l] + bytes;
             self.lane_bytes[l] = bytes;
         }
-        if self.kept_bytes > keep {
+        let mut total: usize = self.lane_bytes.iter().sum();
+        if total > keep {
             let mut kept: Vec<&mut Vec<u8>> = self
                 .streams
                 .iter_mut()
@@ -604,7 +601,6 @@ impl Scratch {
                 .filter(|v| v.capacity() > 0)
                 .collect();
             kept.sort_unstable_by_key(|v| std::cmp::Reverse(v.capacity()));
-            let mut total = self.kept_bytes;
             for v in kept {
                 if total <= keep {
                     break;
@@ -613,11 +609,10 @@ impl Scratch {
                 *v = Vec::new();
             }
             for (l, bytes) in self.lane_bytes.iter_mut().enumerate() {
-                *bytes = self.streams[l].iter().chain(outs[l].iter()).map(Vec::capacity).sum();
+                *bytes = self.streams[l].iter().chain(&outs[l]).map(Vec::capacity).sum();
             }
-            self.kept_bytes = self.lane_bytes.iter().sum();
         }
-        spare.trim(keep.saturating_sub(self.kept_bytes));
+        spare.trim(keep.saturating_sub(total));
     }
 }
 
@@ -723,18 +718,18 @@ mod tests {
         s.streams[3] = vec![Vec::with_capacity(40 << 10)];
         s.streamed = 1 << 3;
         s.trim(keep);
-        assert_eq!((total(&mut s), s.kept_bytes), (40 << 10, 40 << 10));
+        assert_eq!((total(&mut s), s.lane_bytes.iter().sum()), (40 << 10, 40 << 10));
         s.outs.get_mut()[5] = vec![Vec::with_capacity(30 << 10)];
         s.streamed = 1 << 5;
         s.trim(keep);
         assert_eq!(total(&mut s), 30 << 10, "the larger, older buffer of lane 3 went");
-        assert_eq!(s.kept_bytes, 30 << 10);
+        assert_eq!(s.lane_bytes.iter().sum::<usize>(), 30 << 10);
         assert_eq!(s.streams[3][0].capacity(), 0);
         // A lane a hand-written dispatch stored for, outside the call's.
         s.outs.get_mut()[9] = vec![Vec::with_capacity(20 << 10)];
         s.streamed = 1 << 9;
         s.trim(keep);
-        assert_eq!((total(&mut s), s.kept_bytes), (50 << 10, 50 << 10));
+        assert_eq!((total(&mut s), s.lane_bytes.iter().sum()), (50 << 10, 50 << 10));
     }
 
     /// A call without streams leaves the stream buffers alone.
