@@ -351,19 +351,13 @@ fn main() {
     let quick = args.iter().any(|a| a == "--quick");
     // `--only TEXT`: only the rows whose workload names it (for profiling
     // one path with perf).
-    let only = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1))
-        .cloned();
+    // The value after flag `name`, if given.
+    let value_of = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1));
+    let only = value_of("--only").cloned();
     let wanted = |w: Workload| only.as_deref().is_none_or(|o| w.name().contains(o));
     // `--lanes N`: only the batch rows of N lanes (e.g. to count one row's
     // instructions under callgrind).
-    let lanes_only: Option<u32> = args
-        .iter()
-        .position(|a| a == "--lanes")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|n| n.parse().ok());
+    let lanes_only: Option<u32> = value_of("--lanes").and_then(|n| n.parse().ok());
     let reps = if quick { 20 } else { 400 };
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     println!("Host cost per warp-call, synthetic device, {cores} cores, {reps} polls per row\n");
