@@ -29,7 +29,7 @@ impl Dispatcher {
             spare,
             status,
             detail,
-            streamed: used_streams,
+            grown: grown_lanes,
             // `trim`'s own bookkeeping.
             lane_bytes: _,
         } = scratch;
@@ -206,7 +206,7 @@ impl Dispatcher {
         // nothing to store below): its lanes are skipped.
         let streamed = n_in + n_out > 0;
         let with_streams = if streamed { lanes } else { 0 };
-        *used_streams = with_streams;
+        *grown_lanes = with_streams;
         let mut committed = 0u64;
         for lane in iter_lanes(with_streams) {
             let l = lane as usize;
@@ -429,7 +429,7 @@ impl Dispatcher {
         if let (true, true, Some(d), Some(m)) = (accepted, frame.reply, desc, memory) {
             self.copy_out(&mut call, d, addrs, m);
         }
-        *used_streams |= call.touched.get();
+        *grown_lanes |= call.touched.get();
         for e in std::mem::take(&mut call.errors) {
             self.record(e);
         }
@@ -529,7 +529,7 @@ pub(super) struct Scratch {
     /// (its lanes if it had streams or out-buffers, and any lane a
     /// hand-written dispatch stored an out-buffer for): what
     /// [`trim`](Self::trim) walks.
-    pub(super) streamed: u64,
+    pub(super) grown: u64,
     /// Each lane's stream and out-buffer capacity as the last `trim` left
     /// it: a `trim` after a call of a few lanes walks those lanes only, and
     /// still knows what the thread keeps in all (the sum).
@@ -548,7 +548,7 @@ impl Scratch {
             spare: RefCell::default(),
             status: [Status::Ok; MAX_LANES as usize],
             detail: [0; MAX_LANES as usize],
-            streamed: 0,
+            grown: 0,
             lane_bytes: [0; MAX_LANES as usize],
         }
     }
@@ -566,14 +566,14 @@ impl Scratch {
     /// Make the buffers ready for the next call on this thread, keeping at
     /// most `keep` bytes of stream, out-buffer and spare capacity (past it,
     /// the largest are freed first, so small ones keep their reuse). Only
-    /// the lanes the last call may have grown are walked (`streamed`: none
+    /// the lanes the last call may have grown are walked (`grown`: none
     /// for a call without streams or out-buffers; the other lanes' capacity
     /// is known from earlier trims); large buffers move to the spare buffers
     /// with their bytes; the argument blocks and return values,
     /// held to `MAX_ARG_BYTES` and `MAX_RET_BYTES` (plus the length words)
     /// by the frame, are always kept, and the next call resets them.
     pub(super) fn trim(&mut self, keep: usize) {
-        let lanes = std::mem::take(&mut self.streamed);
+        let lanes = std::mem::take(&mut self.grown);
         if lanes == 0 {
             return;
         }
@@ -667,7 +667,7 @@ mod tests {
         s.streams[5] = vec![vec![3; 2 << 20]];
         s.blocks.reset(64, u64::MAX);
         s.blocks.get_mut(63).fill(1);
-        s.streamed = u64::MAX;
+        s.grown = u64::MAX;
         s.trim(keep);
         let kept: usize = s
             .streams
@@ -685,7 +685,7 @@ mod tests {
         s.blocks.reset(64, u64::MAX);
         assert_eq!(s.blocks.get(63), [0; 64]);
         // Nothing kept at all when the cap is 0.
-        s.streamed = u64::MAX;
+        s.grown = u64::MAX;
         s.trim(0);
         let kept: usize = s.outs.get_mut().iter().flatten().map(Vec::capacity).sum();
         assert_eq!(kept + s.spare.get_mut().bytes(), 0);
@@ -698,7 +698,7 @@ mod tests {
         let mut s = Scratch::new();
         s.streams[0] = vec![vec![9; 1 << 20]];
         let at = s.streams[0][0].as_ptr();
-        s.streamed = 1;
+        s.grown = 1;
         s.trim(64 << 20);
         let b = s.spare.get_mut().take(1 << 20, 1).unwrap();
         assert_eq!(b.as_ptr(), at);
@@ -716,18 +716,18 @@ mod tests {
             outs + s.streams.iter().flatten().map(Vec::capacity).sum::<usize>()
         };
         s.streams[3] = vec![Vec::with_capacity(40 << 10)];
-        s.streamed = 1 << 3;
+        s.grown = 1 << 3;
         s.trim(keep);
         assert_eq!((total(&mut s), s.lane_bytes.iter().sum()), (40 << 10, 40 << 10));
         s.outs.get_mut()[5] = vec![Vec::with_capacity(30 << 10)];
-        s.streamed = 1 << 5;
+        s.grown = 1 << 5;
         s.trim(keep);
         assert_eq!(total(&mut s), 30 << 10, "the larger, older buffer of lane 3 went");
         assert_eq!(s.lane_bytes.iter().sum::<usize>(), 30 << 10);
         assert_eq!(s.streams[3][0].capacity(), 0);
         // A lane a hand-written dispatch stored for, outside the call's.
         s.outs.get_mut()[9] = vec![Vec::with_capacity(20 << 10)];
-        s.streamed = 1 << 9;
+        s.grown = 1 << 9;
         s.trim(keep);
         assert_eq!((total(&mut s), s.lane_bytes.iter().sum()), (50 << 10, 50 << 10));
     }
