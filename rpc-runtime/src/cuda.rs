@@ -77,7 +77,7 @@ mod module;
 mod run;
 mod serve;
 
-pub use copy::{CudaCopies, DEFAULT_STAGING_BYTES, MERGE_GAP_BYTES, MERGE_MAX_BYTES, STAGE_HALF_BYTES};
+pub use copy::{CopyStats, CudaCopies, DEFAULT_STAGING_BYTES, MERGE_GAP_BYTES, MERGE_MAX_BYTES, STAGE_HALF_BYTES};
 pub use device::*;
 pub use error::*;
 pub use memory::*;

@@ -151,6 +151,40 @@ struct Pool {
     arena_bytes: usize,
     /// The address ranges lent now: copies to or from them need no stage.
     lent: Vec<(usize, usize)>,
+    /// What the copies did so far.
+    stats: CopyStats,
+}
+
+/// What a region's direct copies did so far ([`CudaCopies::stats`]): how
+/// many calls were lent pinned memory and how many found no room (their
+/// slices then went through the stages), and how many bytes moved straight
+/// to or from lent memory and how many through the stages. A workload whose
+/// large slices show up as `staged_bytes` is one that a larger
+/// [`with_staging_limit`](super::CudaRegion::with_staging_limit) would
+/// speed up.
+///
+/// ```no_run
+/// # use rpc_runtime as gpu_rpc;
+/// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+/// let region = gpu_rpc::cuda::CudaRegion::new(&dev, 8)?;
+/// // ... launches on `region` ...
+/// let s = region.copies().stats();
+/// println!("{} of {} calls lent, {} bytes staged", s.loans, s.loans + s.loans_refused, s.staged_bytes);
+/// # Ok::<(), gpu_rpc::cuda::CudaError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CopyStats {
+    /// Calls lent pinned memory for their direct slices.
+    pub loans: u64,
+    /// Calls that asked for a loan and got none (the budget was taken, or
+    /// pinning more memory failed).
+    pub loans_refused: u64,
+    /// Bytes moved in one transfer between the device and lent memory.
+    pub straight_bytes: u64,
+    /// Bytes moved through the stages (a staging copy on the host).
+    pub staged_bytes: u64,
+    /// Pinned bytes the copies hold now (stages and arenas).
+    pub pinned_bytes: u64,
 }
 
 impl Pool {
@@ -200,6 +234,7 @@ impl CudaCopies {
                 arenas: Vec::new(),
                 arena_bytes: 0,
                 lent: Vec::new(),
+                stats: CopyStats::default(),
             }),
             freed: Condvar::new(),
         }
@@ -208,6 +243,15 @@ impl CudaCopies {
     /// The most pinned staging memory these copies use.
     pub fn limit(&self) -> usize {
         self.limit
+    }
+
+    /// What the copies did so far (see [`CopyStats`]).
+    pub fn stats(&self) -> CopyStats {
+        let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        CopyStats {
+            pinned_bytes: pool.bytes() as u64,
+            ..pool.stats
+        }
     }
 
     fn take(&self) -> Result<Stage, CopyError> {
@@ -292,7 +336,7 @@ impl CudaCopies {
         ranges: &[(u64, usize)],
         hosts: &[usize],
     ) -> (Vec<(&'s Span, usize)>, Vec<&'s Span>) {
-        let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
         let (mut direct, mut staged) = (Vec::new(), Vec::new());
         for sp in spans {
             let k0 = sp.members[0];
@@ -307,8 +351,10 @@ impl CudaCopies {
             let tiled = covered == sp.end - sp.start;
             let host = (sp.start as usize).wrapping_add(delta);
             if uniform && tiled && pool.is_lent(host, (sp.end - sp.start) as usize) {
+                pool.stats.straight_bytes += covered;
                 direct.push((sp, host));
             } else {
+                pool.stats.staged_bytes += covered;
                 staged.push(sp);
             }
         }
@@ -528,10 +574,11 @@ impl DeviceMemory for CudaCopies {
         // while it does, other calls use ordinary buffers and the one stage
         // always allowed.
         let need = bytes.max(1).next_multiple_of(PIECE_BYTES);
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
         if need > self.limit {
+            pool.stats.loans_refused += 1;
             return None;
         }
-        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
         let found = pool
             .arenas
             .iter_mut()
@@ -544,6 +591,7 @@ impl DeviceMemory for CudaCopies {
                 // the device, which may be waiting for this server.)
                 let size = need.next_multiple_of(1 << 20);
                 if pool.bytes() + size > self.limit {
+                    pool.stats.loans_refused += 1;
                     return None;
                 }
                 pool.arena_bytes += size;
@@ -559,6 +607,7 @@ impl DeviceMemory for CudaCopies {
                     }
                     Err(_) => {
                         pool.arena_bytes -= size;
+                        pool.stats.loans_refused += 1;
                         return None;
                     }
                 }
@@ -568,6 +617,7 @@ impl DeviceMemory for CudaCopies {
         let ptr = unsafe { NonNull::new_unchecked(host.as_ptr().add(at)) };
         let start = ptr.as_ptr() as usize;
         pool.lent.push((start, start + need));
+        pool.stats.loans += 1;
         drop(pool);
         let back = Box::new(move || {
             let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());

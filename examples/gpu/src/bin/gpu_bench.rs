@@ -363,9 +363,10 @@ fn bandwidth(dev: &CudaDevice, module: &Module) {
     println!(
         "| direction | lanes | bytes per lane-call | warp-calls | gpu_rpc GB/s, median [min, max] of 3 | the region's \
          first run (pins its memory) GB/s | cuMemcpy GB/s (same bytes per warp-call), median [min, max] | gpu_rpc / \
-         cuMemcpy | in packets (direct path off) GB/s, median [min, max] | direct / packets |"
+         cuMemcpy | in packets (direct path off) GB/s, median [min, max] | direct / packets | calls lent pinned memory / \
+         refused; MiB moved straight / staged |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         (v[v.len() / 2], v[0], v[v.len() - 1])
@@ -421,9 +422,9 @@ fn bandwidth(dev: &CudaDevice, module: &Module) {
                     rates.push(moved as f64 / kernel_secs(&r) / 1e9);
                 }
                 let first = rates.remove(0);
-                (iters, median(rates), first)
+                (iters, median(rates), first, region.copies().stats())
             };
-            let (iters, (r, rlo, rhi), first) = run(false, 1 << 30);
+            let (iters, (r, rlo, rhi), first, stats) = run(false, 1 << 30);
             // The packets (the path before the direct one) at the sizes
             // where they finish in reasonable time.
             let packets = (bytes <= 65_536).then(|| run(true, 64 << 20).1);
@@ -450,10 +451,14 @@ fn bandwidth(dev: &CudaDevice, module: &Module) {
                 None => ("—".to_string(), "—".to_string()),
             };
             println!(
-                "| {}{} | {lanes} | {bytes} | {iters} | {r:.3} [{rlo:.3}, {rhi:.3}] | {first:.3} | {c:.2} [{clo:.2}, {chi:.2}] | {:.3} | {p} | {vs} |",
+                "| {}{} | {lanes} | {bytes} | {iters} | {r:.3} [{rlo:.3}, {rhi:.3}] | {first:.3} | {c:.2} [{clo:.2}, {chi:.2}] | {:.3} | {p} | {vs} | {} / {}; {} / {} |",
                 if dir == 0 { "device → host" } else { "host → device" },
                 if pinned == default { String::new() } else { format!(" ({} MiB pinned)", pinned >> 20) },
-                r / c
+                r / c,
+                stats.loans,
+                stats.loans_refused,
+                stats.straight_bytes >> 20,
+                stats.staged_bytes >> 20,
             );
         }
     }
