@@ -144,8 +144,8 @@ impl Drop for CpuRegion {
 pub struct Launch {
     /// Client threads (each a one-lane warp).
     pub threads: usize,
-    /// Server threads; each scans its own slice of the ports, and the rest
-    /// when its slice is idle or every few passes.
+    /// Server threads; each scans its own share of the ports (dealt in
+    /// chunks), and the rest when its share is idle or every few passes.
     pub server_threads: usize,
     /// Ports in the region.
     pub port_count: u32,

@@ -35,8 +35,9 @@ pub struct Launch {
     /// `min(port_count, warps())`); ignored by [`launch_with_region`]. Default
     /// [`DEFAULT_PORT_COUNT`].
     pub port_count: u32,
-    /// Host server threads; each scans its own slice of the ports, and the
-    /// rest when its slice is idle or every few passes. Default 2: a server
+    /// Host server threads; each scans its own share of the ports (dealt in
+    /// chunks, see the README's "Protocol"), and the rest when its share is
+    /// idle or every few passes. Default 2: a server
     /// thread serves one port's call to its end (a slow handler, or a client
     /// slow to send its next packet, holds it), so with one thread nothing
     /// else is served meanwhile.

@@ -212,8 +212,17 @@ impl Dispatcher {
     /// Serve every pending port in `range` once. Returns how many calls were
     /// served, or the abandoned call if the server's abort flag ended a wait.
     pub fn poll(&self, server: &Server<'_>, range: core::ops::Range<u32>) -> Result<usize, Abandoned> {
+        self.poll_ranges(server, core::iter::once(range))
+    }
+
+    /// [`poll`](Self::poll) over several ranges, in order, as one pass (one
+    /// metrics tally, one update of the call count).
+    pub(super) fn poll_ranges(
+        &self,
+        server: &Server<'_>,
+        ranges: impl Iterator<Item = core::ops::Range<u32>>,
+    ) -> Result<usize, Abandoned> {
         let mut served = 0;
-        let mut start = range.start;
         // When the last call ended (metrics on): a call found right after
         // it starts its clock there, a clock read saved.
         let mut ended: Option<Instant> = None;
@@ -221,16 +230,19 @@ impl Dispatcher {
         // changes and when the pass ends (the tally's drop, on every return).
         let mut tally = Tally::default();
         let mut outcome = Ok(());
-        while let Some(port) = server.try_open(start..range.end) {
-            let near = port.index() - start < CHAIN_CLOCK_PORTS;
-            start = port.index() + 1;
-            let (r, end) = self.serve_port_from(port, server.memory(), ended.filter(|_| near), &mut tally);
-            if r.is_err() {
-                outcome = r;
-                break;
+        'ranges: for range in ranges {
+            let mut start = range.start;
+            while let Some(port) = server.try_open(start..range.end) {
+                let near = port.index() - start < CHAIN_CLOCK_PORTS;
+                start = port.index() + 1;
+                let (r, end) = self.serve_port_from(port, server.memory(), ended.filter(|_| near), &mut tally);
+                if r.is_err() {
+                    outcome = r;
+                    break 'ranges;
+                }
+                ended = end;
+                served += 1;
             }
-            ended = end;
-            served += 1;
         }
         // Relaxed: a statistic. Added once per pass, not per call: every
         // server thread adding to this one word per call passed its cache
@@ -239,9 +251,9 @@ impl Dispatcher {
         outcome.map(|()| served)
     }
 
-    /// The loop of one server thread of a backend: serve ports, its own slice
-    /// (`thread` of `threads` equal slices), and the others' when its own is
-    /// idle or every few passes ([`serve_pool`]), until
+    /// The loop of one server thread of a backend: serve ports, its own share
+    /// (`thread` of `threads` equal shares, dealt in chunks of consecutive
+    /// ports), and the others' when its own is idle or every few passes ([`serve_pool`]), until
     /// `done` is set (the kernel is over) and a last pass finds nothing to
     /// do. When a pass finds nothing, the thread waits as the configuration's
     /// [`IdlePolicy`] says (spin, then sleep; each call of this has its own

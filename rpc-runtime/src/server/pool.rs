@@ -15,9 +15,9 @@ pub struct Served<'r, 'a> {
     pub done: &'r AtomicBool,
 }
 
-/// How often a server thread whose own slice of a region's ports keeps it
-/// busy still looks at the other threads' slices: every this many passes
-/// (a thread whose slice had nothing pending looks every pass). Threads that
+/// How often a server thread whose own share of a region's ports keeps it
+/// busy still looks at the other threads' shares: every this many passes
+/// (a thread whose share had nothing pending looks every pass). Threads that
 /// scanned each other's ports on every pass met on the same ports and passed
 /// the mailbox lines back and forth, while the owner would have served them
 /// a moment later; looking now and then still bounds how long the ports of a
@@ -26,9 +26,9 @@ pub(crate) const STEAL_EVERY_PASSES: u32 = 8;
 
 /// The loop of one thread of a server pool over several regions (several
 /// devices, or several launches on one): each pass serves every region still
-/// running, this thread's slice of its ports first, then, when the slice had
-/// nothing pending or every `STEAL_EVERY_PASSES` (8) passes, the other
-/// threads' slices. A region leaves the pool
+/// running, this thread's share of its ports first ([`Deal`]), then, when
+/// its share had nothing pending or every `STEAL_EVERY_PASSES` (8) passes,
+/// the other threads' shares. A region leaves the pool
 /// when its kernel is over and a pass finds nothing pending, or when a wait
 /// on it was abandoned; that does not stop the others. Returns each region's
 /// outcome, in order: the warp-calls this thread served on it (a run's own
@@ -63,17 +63,15 @@ pub fn serve_pool(regions: &[Served<'_, '_>], thread: u32, threads: u32, idle: &
             if out.is_some() {
                 continue;
             }
-            let ports = r.server.layout().port_count();
-            let lo = (thread as u64 * ports as u64 / threads as u64) as u32;
-            let hi = ((thread as u64 + 1) * ports as u64 / threads as u64) as u32;
+            let deal = Deal::new(r.server.layout().port_count(), threads);
             // Acquire: pairs with the backend's release store of `done` after
             // the kernel finished, so the final pass sees every mailbox flip
             // the kernel made (fire-and-forget calls nobody waits for too).
             let finished = r.done.load(Ordering::Acquire);
             let pass = (|| {
-                let mut n = r.dispatcher.poll(r.server, lo..hi)?;
+                let mut n = r.dispatcher.poll_ranges(r.server, deal.own(thread))?;
                 if looks_at_others(threads, n, passes) {
-                    n += r.dispatcher.poll(r.server, hi..ports)? + r.dispatcher.poll(r.server, 0..lo)?;
+                    n += r.dispatcher.poll_ranges(r.server, deal.others(thread))?;
                 }
                 Ok(n)
             })();
@@ -91,8 +89,58 @@ pub fn serve_pool(regions: &[Served<'_, '_>], thread: u32, threads: u32, idle: &
     outcome.into_iter().map(|o| o.expect("every region finished")).collect()
 }
 
+/// Ports whose mailbox words share one 64-byte line (each side's mailbox is
+/// an array of `u32` starting on a line, see `Layout`): the most ports one
+/// chunk of a [`Deal`] holds, so that two threads' chunks never share a
+/// mailbox line.
+const CHUNK_PORTS: u32 = 64 / core::mem::size_of::<u32>() as u32;
+
+/// How a pool's threads share a region's ports: dealt out in chunks of
+/// consecutive ports (at most [`CHUNK_PORTS`], fewer when there are fewer
+/// ports per thread), chunk `k` to thread `k % threads`. Clients take ports
+/// from the front (a warp starts its scan at its global warp index), so a
+/// kernel with fewer warps than ports uses a prefix of them; dealt in
+/// chunks, any prefix is shared evenly, where contiguous slices gave every
+/// call of 528 warps on 4096 ports to one of eight threads and left the
+/// others scanning its slice.
+#[derive(Clone, Copy, Debug)]
+struct Deal {
+    ports: u32,
+    threads: u32,
+    chunk: u32,
+}
+
+impl Deal {
+    fn new(ports: u32, threads: u32) -> Deal {
+        let threads = threads.max(1);
+        Deal {
+            ports,
+            threads,
+            // A lone thread scans all its ports as one range.
+            chunk: if threads == 1 {
+                ports.max(1)
+            } else {
+                (ports / threads).clamp(1, CHUNK_PORTS)
+            },
+        }
+    }
+
+    /// Thread `t`'s own ports, as ranges in increasing order.
+    fn own(self, t: u32) -> impl Iterator<Item = core::ops::Range<u32>> {
+        let chunks = self.ports.div_ceil(self.chunk);
+        (t..chunks)
+            .step_by(self.threads as usize)
+            .map(move |k| k * self.chunk..((k + 1) * self.chunk).min(self.ports))
+    }
+
+    /// Every other thread's ports: those of thread `t + 1`, then `t + 2`, ...
+    fn others(self, t: u32) -> impl Iterator<Item = core::ops::Range<u32>> {
+        (1..self.threads).flat_map(move |d| self.own((t + d) % self.threads))
+    }
+}
+
 /// Whether a pass of one of `threads` server threads, which served `own`
-/// calls in its own slice, goes on to the other threads' slices (see
+/// calls in its own share, goes on to the other threads' shares (see
 /// `STEAL_EVERY_PASSES`).
 fn looks_at_others(threads: u32, own: usize, pass: u32) -> bool {
     threads > 1 && (own == 0 || pass.is_multiple_of(STEAL_EVERY_PASSES))
@@ -102,8 +150,8 @@ fn looks_at_others(threads: u32, own: usize, pass: u32) -> bool {
 mod tests {
     use super::*;
 
-    /// A thread whose slice is idle helps the others on every pass; one
-    /// kept busy by its own slice still looks at theirs once every
+    /// A thread whose share is idle helps the others on every pass; one
+    /// kept busy by its own share still looks at theirs once every
     /// `STEAL_EVERY_PASSES` passes, so a thread held up in a slow host method
     /// never leaves its ports unserved for long; a lone thread has no others.
     #[test]
@@ -114,5 +162,71 @@ mod tests {
             .count();
         assert_eq!(looks, 8);
         assert!(!(0..100).any(|pass| looks_at_others(1, 0, pass)));
+    }
+
+    fn ports_of(ranges: impl Iterator<Item = core::ops::Range<u32>>) -> Vec<u32> {
+        ranges.flatten().collect()
+    }
+
+    /// Every port belongs to exactly one thread, whatever the counts; a
+    /// thread's others are every port but its own.
+    #[test]
+    fn a_deal_gives_every_port_to_one_thread() {
+        for ports in [1, 2, 7, 16, 17, 64, 100, 512, 4096, 4099] {
+            for threads in [1, 2, 3, 4, 8, 16, 200] {
+                let deal = Deal::new(ports, threads);
+                let mut owner = vec![None; ports as usize];
+                for t in 0..threads {
+                    for p in ports_of(deal.own(t)) {
+                        assert_eq!(
+                            owner[p as usize], None,
+                            "port {p} dealt twice ({ports} ports, {threads} threads)"
+                        );
+                        owner[p as usize] = Some(t);
+                    }
+                }
+                assert!(
+                    owner.iter().all(Option::is_some),
+                    "{ports} ports, {threads} threads: a port left out"
+                );
+                for t in 0..threads {
+                    let mut all = ports_of(deal.own(t).chain(deal.others(t)));
+                    all.sort_unstable();
+                    assert_eq!(all, (0..ports).collect::<Vec<_>>());
+                }
+            }
+        }
+    }
+
+    /// The ports a kernel with fewer warps than ports uses (a prefix: warps
+    /// start at their warp index) are shared evenly, and no two threads'
+    /// chunks share a mailbox line.
+    #[test]
+    fn a_prefix_of_the_ports_is_shared_evenly() {
+        for (ports, threads, used) in [
+            (4096, 8, 528),
+            (4096, 8, 2112),
+            (4096, 4, 528),
+            (512, 8, 512),
+            (64, 8, 64),
+        ] {
+            let deal = Deal::new(ports, threads);
+            let shares: Vec<usize> = (0..threads)
+                .map(|t| ports_of(deal.own(t)).iter().filter(|&&p| p < used).count())
+                .collect();
+            let (lo, hi) = (*shares.iter().min().unwrap(), *shares.iter().max().unwrap());
+            assert!(
+                hi - lo <= CHUNK_PORTS as usize,
+                "{used} of {ports} ports over {threads} threads: {shares:?}"
+            );
+            if deal.chunk == CHUNK_PORTS {
+                for r in (0..threads).flat_map(|t| deal.own(t)) {
+                    assert!(
+                        r.start % CHUNK_PORTS == 0 && r.len() <= CHUNK_PORTS as usize,
+                        "{r:?}: not within one line"
+                    );
+                }
+            }
+        }
     }
 }
