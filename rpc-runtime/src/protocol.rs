@@ -824,9 +824,20 @@ impl<'a, S: Side> Process<'a, S> {
             // Release: every access this warp made to the port happens before
             // the next holder's acquire fence in `try_lock`.
             local_fence(Ordering::Release);
-            // Relaxed RMW: ordered by the fence above.
             let (word, shift) = self.local_slot(index);
-            word.fetch_and(!(LOCK_BIT << shift), Ordering::Relaxed);
+            if S::INVERT {
+                // The server's word holds this port's lock bit alone, and
+                // only the holder clears it (a contender's `fetch_or` of a
+                // set bit changes nothing), so a plain store unlocks: on the
+                // host it costs a store, where a locked RMW waited for every
+                // store before it (the reply's) to drain. Relaxed: ordered
+                // by the fence above.
+                word.store(0, Ordering::Relaxed);
+            } else {
+                // Relaxed RMW: ordered by the fence above; an RMW so that
+                // the other ports' nibbles in the word survive.
+                word.fetch_and(!(LOCK_BIT << shift), Ordering::Relaxed);
+            }
         }
     }
 
