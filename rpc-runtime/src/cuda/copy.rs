@@ -596,7 +596,19 @@ impl DeviceMemory for CudaCopies {
                 }
                 pool.arena_bytes += size;
                 drop(pool);
-                let made = Arena::new(size);
+                // The context must be current on this server thread before
+                // it pins memory: a thread's first call reaches here before
+                // any copy has bound it, and without it the allocation failed,
+                // a stage was made for the copy, and a loan of the whole
+                // budget never fitted again (every 64 MiB slice went through
+                // the stages: 64 of 64 loans refused on the H200).
+                let made = match self.device.bind() {
+                    Ok(()) => Arena::new(size),
+                    Err(_) => Err(CopyError {
+                        what: "cuCtxSetCurrent",
+                        code: -1,
+                    }),
+                };
                 pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
                 match made {
                     Ok(mut a) => {
