@@ -254,6 +254,15 @@ impl CudaCopies {
         }
     }
 
+    /// Make the device's context current on this thread (server threads
+    /// start without one), as a [`CopyError`].
+    fn bind(&self) -> Result<(), CopyError> {
+        self.device.bind().map_err(|_| CopyError {
+            what: "cuCtxSetCurrent",
+            code: -1,
+        })
+    }
+
     fn take(&self) -> Result<Stage, CopyError> {
         let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
         loop {
@@ -513,11 +522,7 @@ impl CudaCopies {
     fn transfer(&self, mut way: Way<'_, '_>, failed: &mut dyn FnMut(usize, CopyError)) {
         let ranges = way.ranges();
         let all = |failed: &mut dyn FnMut(usize, CopyError), e| (0..ranges.len()).for_each(|k| failed(k, e));
-        if self.device.bind().is_err() {
-            let e = CopyError {
-                what: "cuCtxSetCurrent",
-                code: -1,
-            };
+        if let Err(e) = self.bind() {
             return all(failed, e);
         }
         // Reads may bridge small gaps; writes never touch bytes between
@@ -602,13 +607,7 @@ impl DeviceMemory for CudaCopies {
                 // a stage was made for the copy, and a loan of the whole
                 // budget never fitted again (every 64 MiB slice went through
                 // the stages: 64 of 64 loans refused on the H200).
-                let made = match self.device.bind() {
-                    Ok(()) => Arena::new(size),
-                    Err(_) => Err(CopyError {
-                        what: "cuCtxSetCurrent",
-                        code: -1,
-                    }),
-                };
+                let made = self.bind().and_then(|()| Arena::new(size));
                 pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
                 match made {
                     Ok(mut a) => {

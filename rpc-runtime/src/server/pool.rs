@@ -26,7 +26,8 @@ pub(crate) const STEAL_EVERY_PASSES: u32 = 8;
 
 /// The loop of one thread of a server pool over several regions (several
 /// devices, or several launches on one): each pass serves every region still
-/// running, this thread's share of its ports first ([`Deal`]), then, when
+/// running, this thread's share of its ports first (dealt in chunks of
+/// consecutive ports, round-robin: `Deal`), then, when
 /// its share had nothing pending or every `STEAL_EVERY_PASSES` (8) passes,
 /// the other threads' shares. A region leaves the pool
 /// when its kernel is over and a pass finds nothing pending, or when a wait
