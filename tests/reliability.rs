@@ -48,6 +48,8 @@ pub trait Other {
 #[derive(Default)]
 struct Host {
     adds: AtomicUsize,
+    /// `fill` calls run so far.
+    fills: AtomicUsize,
     printed: Mutex<Vec<String>>,
 }
 
@@ -67,6 +69,8 @@ impl Rel for Arc<Host> {
         data.iter().map(|&x| x as u64).sum()
     }
     fn fill(&self, seed: u8, out: &mut [u8]) -> u64 {
+        // Relaxed: a count read by the tests' own memory on this thread.
+        self.fills.fetch_add(1, Ordering::Relaxed);
         for (i, o) in out.iter_mut().enumerate() {
             *o = seed.wrapping_add(i as u8);
         }
@@ -1362,4 +1366,166 @@ fn lent_memory_is_given_back_before_the_reply() {
         served.join().unwrap().unwrap();
     });
     assert_eq!(d.errors(), []);
+}
+
+/// Out-buffers go to the device while the call's later lanes still run:
+/// side-by-side out-buffers of lanes whose methods are done are sent in one
+/// copy once they hold 256 KiB (`EARLY_BYTES`), before the next lane's
+/// method runs; a lane whose early copy is refused (an address the process
+/// has not mapped) fails alone, naming its out-buffer, and its neighbours
+/// are stored with the rest after the call; a queue whose copies fail as a
+/// whole fails every lane it carried. Eight lanes each fill 64 KiB of one
+/// buffer, as a warp passing slices of one device array does.
+#[test]
+fn out_buffers_go_to_the_device_while_later_lanes_run() {
+    use gpu_rpc::call::len_word;
+    use gpu_rpc::cpu::ProcessMemory;
+    use gpu_rpc::device_memory::{CopyError, DeviceMemory, EarlyWrites, Lent};
+
+    /// The process's memory, lent and written at once like the CPU
+    /// backend's, with an early queue that notes, for each copy it is
+    /// sent, its address, its length and how many `fill` methods had run.
+    struct Watched {
+        host: Arc<Host>,
+        sent: Mutex<Vec<(u64, usize, usize)>>,
+        fail_finish: bool,
+    }
+    struct Queue<'a>(&'a Watched);
+    impl EarlyWrites for Queue<'_> {
+        unsafe fn send(&mut self, at: u64, bytes: &[u8]) -> Result<(), CopyError> {
+            let mut failed = None;
+            ProcessMemory.write(&[(at, bytes)], &mut |_, e| failed = Some(e));
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            let fills = self.0.host.fills.load(Ordering::Relaxed);
+            self.0.sent.lock().unwrap().push((at, bytes.len(), fills));
+            Ok(())
+        }
+        fn finish(&mut self) -> Result<(), CopyError> {
+            match self.0.fail_finish {
+                true => Err(CopyError {
+                    what: "the test's queue",
+                    code: 7,
+                }),
+                false => Ok(()),
+            }
+        }
+    }
+    impl DeviceMemory for Watched {
+        fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+            ProcessMemory.read(copies, failed)
+        }
+        fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+            ProcessMemory.write(copies, failed)
+        }
+        fn lend(&self, bytes: usize) -> Option<Lent<'_>> {
+            ProcessMemory.lend(bytes)
+        }
+        fn early_writes(&self) -> Option<Box<dyn EarlyWrites + '_>> {
+            Some(Box::new(Queue(self)))
+        }
+    }
+
+    const LANES: u32 = 8;
+    const EACH: usize = 64 << 10;
+    for (bad_lane, fail_finish) in [(None, false), (Some(5), false), (None, true)] {
+        let host = Arc::new(Host::default());
+        let memory = Watched {
+            host: Arc::clone(&host),
+            sent: Mutex::new(Vec::new()),
+            fail_finish,
+        };
+        let mut d = Dispatcher::new(ServerConfig {
+            log_errors: false,
+            ..ServerConfig::default()
+        });
+        d.add(RelServer(Arc::clone(&host))).unwrap();
+        let region = CpuRegion::new(Layout::new(1, LANES).unwrap());
+        let dev = raw_device(&region);
+        let stop = AtomicBool::new(false);
+        let server = region.server().with_memory(&memory);
+        let mut out = vec![0u8; LANES as usize * EACH];
+        let base = out.as_mut_ptr() as u64;
+        let addr = |l: u32| match bad_lane {
+            Some(b) if b == l => 64, // page 0: never mapped
+            _ => base + (l as usize * EACH) as u64,
+        };
+        let statuses = std::thread::scope(|s| {
+            let (d, stop, server) = (&d, &stop, &server);
+            let served = s.spawn(move || d.serve_until(server, 0, 1, stop));
+            let _stop = StopOnDrop(stop);
+            let word = RelRpc::FILL.frame_word().pack();
+            let frames: Vec<_> = (0..LANES)
+                .map(|l| {
+                    let mut block = len_word(EACH as u64, true).to_le_bytes().to_vec();
+                    block.push(l as u8); // the seed
+                    (l, frame(word, &block))
+                })
+                .collect();
+            dev.inject(0, RelRpc::FILL.opcode, (1 << LANES) - 1, &frames);
+            while !dev.owned(0) {
+                std::hint::spin_loop();
+            }
+            for l in 0..LANES {
+                let mut b = Buffer::default();
+                b.data[0] = addr(l);
+                dev.write(0, l, &b);
+            }
+            dev.flip(0);
+            while !dev.owned(0) {
+                std::hint::spin_loop();
+            }
+            let statuses: Vec<Status> = (0..LANES).map(|l| dev.status(0, l)).collect();
+            drop(_stop);
+            served.join().unwrap().unwrap();
+            statuses
+        });
+        let sent = memory.sent.into_inner().unwrap();
+        let errors = d.errors();
+        let what = format!("bad lane {bad_lane:?}, failing queue {fail_finish}");
+        match (bad_lane, fail_finish) {
+            (None, false) => {
+                // Lanes 0..4 in one copy after 4 methods, 4..8 after 8.
+                assert_eq!(sent, [(addr(0), 4 * EACH, 4), (addr(4), 4 * EACH, 8)], "{what}");
+                assert_eq!(statuses, [Status::Ok; LANES as usize], "{what}");
+                assert_eq!(errors, [], "{what}");
+            }
+            (Some(bad), false) => {
+                // Lanes 0..4 early; lane 5 refused by the queue, and then by
+                // the copy after the call; 4, 6, 7 after the call.
+                assert_eq!(sent, [(addr(0), 4 * EACH, 4)], "{what}");
+                for l in 0..LANES {
+                    let want = if l == bad { Status::InvalidArgument } else { Status::Ok };
+                    assert_eq!(statuses[l as usize], want, "{what}: lane {l}");
+                }
+                assert_eq!(errors.len(), 1, "{what}: {errors:?}");
+                assert_eq!((errors[0].port, errors[0].lane), (0, Some(bad)), "{what}");
+                assert_has(
+                    &errors[0].to_string(),
+                    &["out-buffer 0", "direct copy of 65536 bytes to 0x40", "Rel::fill"],
+                );
+            }
+            (_, true) => {
+                // Every lane was sent early, and the queue failed as a whole.
+                assert_eq!(sent.len(), 2, "{what}");
+                assert_eq!(statuses, [Status::InvalidArgument; LANES as usize], "{what}");
+                assert_eq!(errors.len(), LANES as usize, "{what}: {errors:?}");
+                assert_has(
+                    &errors[0].to_string(),
+                    &["out-buffer 0", "the test's queue failed (error 7)"],
+                );
+            }
+        }
+        // Every byte of every lane that was answered `Ok` is the host's.
+        for l in (0..LANES).filter(|&l| statuses[l as usize] == Status::Ok) {
+            let lane = &out[l as usize * EACH..][..EACH];
+            assert!(
+                lane.iter()
+                    .enumerate()
+                    .all(|(i, &b)| b == (l as u8).wrapping_add(i as u8)),
+                "{what}: lane {l}"
+            );
+        }
+    }
 }

@@ -93,6 +93,64 @@ pub trait DeviceMemory: Sync {
         let _ = bytes;
         None
     }
+
+    /// A queue for one call's out-buffers that are stored while the call is
+    /// still running: the server sends a lane's out-buffers as soon as its
+    /// host method is done, so the bus carries them while the next lanes'
+    /// methods run, instead of all of them after the last. `None` (the
+    /// default) when the backend cannot copy in the background: the server
+    /// then stores every out-buffer with [`write`](Self::write) at the end.
+    #[cfg(feature = "std")]
+    fn early_writes(&self) -> Option<std::boxed::Box<dyn EarlyWrites + '_>> {
+        None
+    }
+}
+
+/// Copies to the device queued while a call runs ([`DeviceMemory::early_writes`]),
+/// each complete when [`finish`](Self::finish) returns or the queue is dropped.
+///
+/// ```
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::device_memory::{CopyError, EarlyWrites};
+/// /// A queue that copies at once into a host array standing for the device.
+/// struct Now<'a>(&'a mut Vec<u8>);
+/// impl EarlyWrites for Now<'_> {
+///     unsafe fn send(&mut self, at: u64, bytes: &[u8]) -> Result<(), CopyError> {
+///         let at = at as usize;
+///         match self.0.get_mut(at..at + bytes.len()) {
+///             Some(dst) => {
+///                 dst.copy_from_slice(bytes);
+///                 Ok(())
+///             }
+///             None => Err(CopyError { what: "array bounds", code: 0 }),
+///         }
+///     }
+///     fn finish(&mut self) -> Result<(), CopyError> { Ok(()) }
+/// }
+/// let mut device = vec![0u8; 8];
+/// let mut q = Now(&mut device);
+/// // SAFETY: the bytes are a constant, valid for the whole program.
+/// unsafe { q.send(2, &[7, 7]).unwrap() };
+/// assert!(unsafe { q.send(7, &[1, 2]) }.is_err(), "refused, not queued");
+/// q.finish().unwrap();
+/// assert_eq!(device, [0, 0, 7, 7, 0, 0, 0, 0]);
+/// ```
+#[cfg(feature = "std")]
+pub trait EarlyWrites {
+    /// Queue the copy of `bytes` to device address `at`. `Err` when it was
+    /// not queued (an address the device does not map, bytes the backend
+    /// cannot copy in the background): the caller stores those bytes
+    /// another way.
+    ///
+    /// # Safety
+    /// `bytes` must stay valid and unchanged until [`finish`](Self::finish)
+    /// returns or the queue is dropped: the copy may still be reading them.
+    unsafe fn send(&mut self, at: u64, bytes: &[u8]) -> Result<(), CopyError>;
+
+    /// Wait until every queued copy is complete; `Err` if any failed (then
+    /// which did is not known: the caller counts every queued one as
+    /// failed).
+    fn finish(&mut self) -> Result<(), CopyError>;
 }
 
 /// Host memory a [`DeviceMemory`] lent for one call ([`DeviceMemory::lend`]):

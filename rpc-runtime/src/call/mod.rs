@@ -37,7 +37,9 @@
 //! others). The server copies the inputs in before it runs the call (the
 //! backend's [`DeviceMemory`](crate::device_memory::DeviceMemory), e.g. the
 //! copy engine, while the kernel runs), stores the out-buffers' encoded
-//! elements densely at their addresses before it sends the reply, and sends
+//! elements densely at their addresses before it sends the reply (those of
+//! lanes whose host methods are done may leave while later lanes still run:
+//! [`DeviceMemory::early_writes`](crate::device_memory::DeviceMemory::early_writes)), and sends
 //! no packet for them in step 4. Each lane decides for itself ([`direct`]),
 //! once per call and slice (the length word, the address packet and the
 //! out-buffer step follow that one decision): one group may mix direct

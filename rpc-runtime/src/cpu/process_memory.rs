@@ -6,7 +6,7 @@
 
 use std::ptr::NonNull;
 
-use crate::device_memory::{CopyError, DeviceMemory, Lent};
+use crate::device_memory::{CopyError, DeviceMemory, EarlyWrites, Lent};
 
 /// This process's memory, as the CPU backend's server copies direct slices
 /// (see [the direct path](crate::call#the-direct-path)).
@@ -104,6 +104,28 @@ impl DeviceMemory for ProcessMemory {
                 failed(k, e);
             }
         }
+    }
+
+    /// Out-buffers stored the moment they are sent (the CPU has no copy
+    /// engine to overlap), so the CPU tests run the server's early path.
+    fn early_writes(&self) -> Option<Box<dyn EarlyWrites + '_>> {
+        Some(Box::new(WriteNow))
+    }
+}
+
+/// [`ProcessMemory`]'s early writes: each copy done when sent.
+#[cfg(target_os = "linux")]
+struct WriteNow;
+
+#[cfg(target_os = "linux")]
+impl EarlyWrites for WriteNow {
+    unsafe fn send(&mut self, at: u64, bytes: &[u8]) -> Result<(), CopyError> {
+        // `process_vm_writev` only reads the local buffer.
+        ProcessMemory::transfer(bytes.as_ptr().cast_mut(), at, bytes.len(), false)
+    }
+
+    fn finish(&mut self) -> Result<(), CopyError> {
+        Ok(())
     }
 }
 

@@ -25,6 +25,11 @@
 //! do) move between the device and it in one transfer, with no staging copy
 //! at all.
 //!
+//! Out-buffers that a call's lanes finished while the call still runs are
+//! sent from lent memory on a stream of their own ([`DeviceMemory::early_writes`]):
+//! the copy engine reads lane `i`'s while lane `i + 1`'s host method writes
+//! its own, and the call waits for them before its reply.
+//!
 //! A call's copies are sorted by address; neighbours in one allocation
 //! (`cuMemGetAddressRange`) are merged into one transfer, reading across gaps
 //! of up to [`MERGE_GAP_BYTES`] (a warp's lanes usually pass adjacent slices
@@ -42,7 +47,7 @@ use std::sync::{Condvar, Mutex};
 use cudarc::driver::{result, sys, DriverError};
 
 use super::arena::{Arena, PIECE_BYTES};
-use crate::device_memory::{CopyError, DeviceMemory};
+use crate::device_memory::{CopyError, DeviceMemory, EarlyWrites};
 
 use super::*;
 
@@ -131,6 +136,86 @@ impl Drop for Stage {
     }
 }
 
+/// A stream this module made, destroyed when dropped.
+struct OwnedStream(sys::CUstream);
+
+// SAFETY: a stream handle is valid on every thread of the process; the pool
+// hands each to one call at a time.
+unsafe impl Send for OwnedStream {}
+
+impl Drop for OwnedStream {
+    fn drop(&mut self) {
+        // SAFETY: a stream this module created; every copy queued on it was
+        // waited for (`EarlyCopies` finishes before it gives it back).
+        let _ = call("cuStreamDestroy", || unsafe { result::stream::destroy(self.0) });
+    }
+}
+
+/// One call's out-buffers sent while it runs ([`DeviceMemory::early_writes`]):
+/// each a copy from lent memory on a stream of its own, so the copy engine
+/// reads lane `i`'s out-buffer while lane `i + 1`'s host method runs. Only
+/// lent (page-locked) memory is copied this way; other bytes are refused
+/// and go with the call's other copies.
+struct EarlyCopies<'c> {
+    copies: &'c CudaCopies,
+    stream: Option<OwnedStream>,
+    /// Copies were queued since the last wait.
+    queued: bool,
+}
+
+impl EarlyWrites for EarlyCopies<'_> {
+    unsafe fn send(&mut self, at: u64, bytes: &[u8]) -> Result<(), CopyError> {
+        let (host, len) = (bytes.as_ptr() as usize, bytes.len());
+        if !self.copies.lock().is_lent(host, len) {
+            return Err(CopyError {
+                what: "an early copy from memory that is not lent",
+                code: 0,
+            });
+        }
+        let stream = match &self.stream {
+            Some(s) => s.0,
+            None => {
+                self.copies.bind()?;
+                let made = self.copies.lock().early_streams.pop();
+                let s = match made {
+                    Some(s) => s,
+                    None => OwnedStream(call("cuStreamCreate", || {
+                        result::stream::create(result::stream::StreamKind::NonBlocking)
+                    })?),
+                };
+                self.stream.insert(s).0
+            }
+        };
+        // SAFETY: `bytes` is lent pinned memory (checked above) that the
+        // caller keeps valid and unchanged until `finish` or drop, which
+        // wait for the copy; the driver checks the device range.
+        call("cuMemcpyHtoDAsync", || unsafe {
+            sys::cuMemcpyHtoDAsync_v2(at, host as *const c_void, len, stream).result()
+        })?;
+        self.queued = true;
+        self.copies.lock().stats.straight_bytes += len as u64;
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), CopyError> {
+        match (&self.stream, std::mem::take(&mut self.queued)) {
+            // SAFETY: the stream is this queue's, alive.
+            (Some(s), true) => call("cuStreamSynchronize", || unsafe { result::stream::synchronize(s.0) }),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Drop for EarlyCopies<'_> {
+    fn drop(&mut self) {
+        // The lent memory goes back after this: no copy may still read it.
+        let waited = self.finish();
+        if let (Some(s), Ok(())) = (self.stream.take(), waited) {
+            self.copies.lock().early_streams.push(s);
+        }
+    }
+}
+
 /// A driver call, a panic of the binding (a missing symbol) included, as a
 /// [`CopyError`] naming it.
 pub(super) fn call<T>(what: &'static str, f: impl FnOnce() -> Result<T, DriverError>) -> Result<T, CopyError> {
@@ -151,6 +236,9 @@ struct Pool {
     arena_bytes: usize,
     /// The address ranges lent now: copies to or from them need no stage.
     lent: Vec<(usize, usize)>,
+    /// Streams for out-buffers sent while a call runs ([`EarlyCopies`]),
+    /// made on demand (one per server thread sending at once) and kept.
+    early_streams: Vec<OwnedStream>,
     /// What the copies did so far.
     stats: CopyStats,
 }
@@ -234,6 +322,7 @@ impl CudaCopies {
                 arenas: Vec::new(),
                 arena_bytes: 0,
                 lent: Vec::new(),
+                early_streams: Vec::new(),
                 stats: CopyStats::default(),
             }),
             freed: Condvar::new(),
@@ -256,6 +345,10 @@ impl CudaCopies {
 
     /// Make the device's context current on this thread (server threads
     /// start without one), as a [`CopyError`].
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pool> {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn bind(&self) -> Result<(), CopyError> {
         self.device.bind().map_err(|_| CopyError {
             what: "cuCtxSetCurrent",
@@ -570,6 +663,14 @@ impl DeviceMemory for CudaCopies {
 
     fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, CopyError)) {
         self.transfer(Way::Out(copies), failed)
+    }
+
+    fn early_writes(&self) -> Option<Box<dyn EarlyWrites + '_>> {
+        Some(Box::new(EarlyCopies {
+            copies: self,
+            stream: None,
+            queued: false,
+        }))
     }
 
     fn lend(&self, bytes: usize) -> Option<crate::device_memory::Lent<'_>> {

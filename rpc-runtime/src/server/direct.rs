@@ -14,7 +14,14 @@ use super::lane_records::LaneRecords;
 use super::serve_call::{direct_of, lens_of};
 use super::spare::{Spare, SPARE_MIN_BYTES};
 use super::*;
-use crate::device_memory::Lent;
+use crate::device_memory::{CopyError, EarlyWrites, Lent};
+
+/// Out-buffers that lie side by side in a call's loan and on the device are
+/// sent together, while the call runs, once they hold this many bytes
+/// ([`Loan::lane_done`]): one transfer that keeps the bus busy for a while
+/// (tens of microseconds), not one per small lane. Shorter runs are stored
+/// with the rest after the call.
+pub(super) const EARLY_BYTES: usize = 256 << 10;
 
 /// Device addresses of a call's direct streams and out-buffers: per lane, a
 /// row of `MAX_IN_STREAMS + MAX_OUT_STREAMS` words, made when the lane's
@@ -53,11 +60,34 @@ pub(super) type Refuse<'r> = dyn FnMut(u32, Status, u32, String) + 'r;
 /// After the inputs are copied in, the memory is reached only through raw
 /// pointers to one slot at a time: a host method may hold an out-buffer's
 /// slot ([`OutBuffer`](super::OutBuffer)) while other slots are read.
+///
+/// Out-buffers whose lanes are done are sent to the device while the call
+/// runs ([`lane_done`](Self::lane_done)), so the bus carries lane `i`'s
+/// while lane `i + 1`'s host method writes its own.
 pub(super) struct Loan<'m> {
+    /// The out-buffers sent while the call runs. Declared before `_lent`:
+    /// dropped first, so every copy reading the loan is complete (a
+    /// queue waits for its copies when dropped) before the memory goes back.
+    early: core::cell::RefCell<Early<'m>>,
     /// Keeps the memory until the call is over.
     _lent: Lent<'m>,
     base: core::ptr::NonNull<u8>,
     slots: Vec<Slot>,
+    /// Where the out-buffers' slots begin in `slots` (inputs come first).
+    first_out: usize,
+    memory: &'m dyn DeviceMemory,
+}
+
+/// The out-buffers of a [`Loan`] sent while the call runs.
+#[derive(Default)]
+struct Early<'m> {
+    /// The backend's queue, made at the first send.
+    queue: Option<Box<dyn EarlyWrites + 'm>>,
+    /// The backend was asked for a queue (and may have none).
+    asked: bool,
+    /// Out-buffer slots `first..=last` (indices in `slots`), filled, side by
+    /// side in the loan and on the device, waiting to be sent together.
+    run: Option<(usize, usize)>,
 }
 
 /// One direct slice's place in a [`Loan`].
@@ -71,9 +101,14 @@ struct Slot {
     taken: core::cell::Cell<bool>,
     /// An out-buffer's bytes are in place (stored by `set_out`).
     filled: core::cell::Cell<bool>,
+    /// The slice's device address.
+    dev: u64,
+    /// An out-buffer was queued for the device while the call ran
+    /// (`Loan::lane_done`); its bytes are never written again.
+    sent: core::cell::Cell<bool>,
 }
 
-impl Loan<'_> {
+impl<'m> Loan<'m> {
     fn slot(&self, lane: u32, index: usize) -> Option<&Slot> {
         self.slots.iter().find(|s| s.lane == lane && s.index == index)
     }
@@ -131,7 +166,7 @@ impl Loan<'_> {
             s.filled.set(true);
             return true;
         }
-        if s.taken.get() || bytes.len() != s.len {
+        if s.taken.get() || s.sent.get() || bytes.len() != s.len {
             return false;
         }
         // SAFETY: the slot's bytes, never handed out, so nothing else
@@ -139,6 +174,77 @@ impl Loan<'_> {
         unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), p, s.len) };
         s.filled.set(true);
         true
+    }
+
+    /// Lane `lane`'s host method is done: its out-buffers are final and
+    /// nothing borrows them (an [`OutBuffer`](super::OutBuffer) lives inside
+    /// one lane's run of the dispatch). Its out-buffers stored in the loan
+    /// join the run waiting to be sent, and a run of [`EARLY_BYTES`] or
+    /// more is queued for the device now. A run that breaks off shorter (the
+    /// next out-buffer lies elsewhere on the device) is left for
+    /// [`Dispatcher::copy_out`], which merges what it can.
+    pub(super) fn lane_done(&self, lane: u32) {
+        let mut early = self.early.borrow_mut();
+        for i in self.first_out..self.slots.len() {
+            let s = &self.slots[i];
+            if s.lane != lane || !s.filled.get() {
+                continue;
+            }
+            let (first, last) = match early.run {
+                Some((first, last)) if self.adjacent(last, i) => (first, i),
+                _ => (i, i),
+            };
+            let (a, b) = (&self.slots[first], &self.slots[last]);
+            if b.at + b.len - a.at >= EARLY_BYTES {
+                self.send(&mut early, first, last);
+                early.run = None;
+            } else {
+                early.run = Some((first, last));
+            }
+        }
+    }
+
+    /// Whether slot `b` continues slot `a` both in the loan and on the device.
+    fn adjacent(&self, a: usize, b: usize) -> bool {
+        let (a, b) = (&self.slots[a], &self.slots[b]);
+        b.at == a.at + a.len && Some(b.dev) == a.dev.checked_add(a.len as u64)
+    }
+
+    /// Queue slots `first..=last` (side by side, filled) for the device in
+    /// one copy; they stay for `copy_out` if the backend has no queue or
+    /// refuses it.
+    fn send(&self, early: &mut Early<'m>, first: usize, last: usize) {
+        if !early.asked {
+            early.asked = true;
+            early.queue = self.memory.early_writes();
+        }
+        let Some(queue) = early.queue.as_mut() else { return };
+        let (a, b) = (&self.slots[first], &self.slots[last]);
+        // SAFETY: slots `first..=last` tile `[a.at, b.at + b.len)` of the
+        // loan (`adjacent`); their lanes' methods are done, so nothing
+        // borrows them, and once `sent` no store writes them again
+        // (`store_out` refuses). The loan outlives the queue (`early` is
+        // dropped first, and a queue waits for its copies when dropped).
+        let bytes = unsafe { core::slice::from_raw_parts(self.ptr(a), b.at + b.len - a.at) };
+        // SAFETY: as above, the bytes stay valid and unchanged until the
+        // queue is finished or dropped.
+        if unsafe { queue.send(a.dev, bytes) }.is_ok() {
+            self.slots[first..=last].iter().for_each(|s| s.sent.set(true));
+        }
+    }
+
+    /// Wait for the out-buffers sent while the call ran; the error if any
+    /// copy failed (each sent slot is then failed).
+    fn finish_early(&self) -> Result<(), CopyError> {
+        match self.early.borrow_mut().queue.as_mut() {
+            Some(q) => q.finish(),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether out-buffer `index` of `lane` was sent while the call ran.
+    fn was_sent(&self, lane: u32, index: usize) -> bool {
+        self.slot(lane, index).is_some_and(|s| s.sent.get())
     }
 
     /// Bytes of `lane`'s out-buffers stored in the loan.
@@ -240,6 +346,8 @@ impl Dispatcher {
                 len,
                 taken: core::cell::Cell::new(false),
                 filled: core::cell::Cell::new(false),
+                dev: address(addrs, lane, index),
+                sent: core::cell::Cell::new(false),
             });
             at += len;
         }
@@ -260,9 +368,12 @@ impl Dispatcher {
                 drop(copies);
                 let base = core::ptr::NonNull::new(lent.as_mut_ptr()).expect("a slice's pointer is not null");
                 Some(Loan {
+                    early: Default::default(),
                     _lent: lent,
                     base,
                     slots,
+                    first_out: wanted.len(),
+                    memory,
                 })
             }
             None => {
@@ -322,11 +433,15 @@ impl Dispatcher {
     }
 
     /// Store the direct out-buffers of `call`'s lanes still `Ok` on the
-    /// device, with one [`DeviceMemory::write`]: from the call's loan where
-    /// `set_out` put them there, else from the call's buffers. A lane whose
-    /// copy fails fails naming the out-buffer. (Without device memory there
-    /// is nothing to store: `copy_in` refused every lane with a direct
-    /// out-buffer before the call ran.)
+    /// device: wait for those sent while the call ran
+    /// ([`Loan::lane_done`]), then the others with one
+    /// [`DeviceMemory::write`]: from the call's loan where `set_out` put
+    /// them there, else from the call's buffers (also where a hand-written
+    /// dispatch stored an out-buffer again after it was sent: the last
+    /// store is what the device gets). A lane whose copy fails fails naming
+    /// the out-buffer. (Without device memory there is nothing to store:
+    /// `copy_in` refused every lane with a direct out-buffer before the call
+    /// ran.)
     pub(super) fn copy_out(
         &self,
         call: &mut ServerCall<'_>,
@@ -341,6 +456,9 @@ impl Dispatcher {
                 wanted.push((lane, j));
             }
         }
+        // Complete before the reply, and before a later store of the same
+        // bytes below.
+        let early = call.loan.as_ref().map_or(Ok(()), Loan::finish_early);
         if wanted.is_empty() {
             return;
         }
@@ -355,9 +473,21 @@ impl Dispatcher {
         let mut which = Vec::with_capacity(wanted.len());
         for (k, &(lane, j)) in wanted.iter().enumerate() {
             let at = address(addrs, lane, n_in + j);
+            let later = outs[lane as usize].get(j).map(Vec::as_slice).unwrap_or_default();
+            let sent = call.loan.as_ref().is_some_and(|loan| loan.was_sent(lane, n_in + j));
+            if sent && later.is_empty() {
+                if let Err(e) = early {
+                    let want = slice_bytes(call.blocks.get(lane), n_in, desc.out_elem_sizes, n_in + j);
+                    failed.push((
+                        k,
+                        format!("out-buffer {j}: the direct copy of {want} bytes to {at:#x} failed: {e}"),
+                    ));
+                }
+                continue;
+            }
             let data = match call.loan.as_ref().and_then(|loan| loan.stored_out(lane, n_in + j)) {
-                Some(b) => b,
-                None => outs[lane as usize].get(j).map(Vec::as_slice).unwrap_or_default(),
+                Some(b) if !sent => b,
+                _ => later,
             };
             let want = slice_bytes(call.blocks.get(lane), n_in, desc.out_elem_sizes, n_in + j);
             if data.len() == want {

@@ -434,7 +434,13 @@ impl ServerCall<'_> {
         for lane in iter_lanes(self.ok) {
             let r = catch_unwind(AssertUnwindSafe(|| f(self, lane)));
             match r {
-                Ok(Ok(())) => {}
+                // The lane's out-buffers are final: on their way to the
+                // device while the next lanes run.
+                Ok(Ok(())) => {
+                    if let Some(loan) = &self.loan {
+                        loan.lane_done(lane);
+                    }
+                }
                 Ok(Err(e)) => self.fail(lane, e),
                 Err(payload) => {
                     let msg = panic_message(&*payload);

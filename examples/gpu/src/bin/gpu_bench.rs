@@ -33,6 +33,7 @@
 //! ```text
 //! gpu_bench all                        # 1-3, 6 and 8 (`print` runs on its own)
 //! gpu_bench contention [CALLS]        # 2 alone, CALLS per thread (default 20)
+//! gpu_bench bandwidth [d2h|h2d]        # 3 alone, both directions or one
 //! gpu_bench print-rpc OUT_FILE         # 4, gpu_rpc half
 //! gpu_bench print-cuda printf.ptx      # 4, CUDA printf half (stdout -> file)
 //! ```
@@ -352,7 +353,9 @@ fn contention(dev: &CudaDevice, module: &Module, iters: u32) {
     }
 }
 
-fn bandwidth(dev: &CudaDevice, module: &Module) {
+/// Workload 3 in the directions `dirs` (0: device to host, 1: host to
+/// device).
+fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
     use gpu_example_services::bulk::BulkServer;
     use gpu_examples::BulkHost;
     let kernel = module.kernel("rpc_bulk_kernel").unwrap();
@@ -371,7 +374,7 @@ fn bandwidth(dev: &CudaDevice, module: &Module) {
         v.sort_by(f64::total_cmp);
         (v[v.len() / 2], v[0], v[v.len() - 1])
     };
-    for dir in [0u32, 1] {
+    for &dir in dirs {
         // (lanes, bytes per lane, pinned budget: the default, or one too
         // small to lend the slice, which then goes through the stages into
         // the server's kept buffers)
@@ -640,14 +643,26 @@ fn main() {
             &module,
             args.get(2).map_or(20, |n| n.parse().expect("calls per thread")),
         ),
-        "bandwidth" => bandwidth(&dev, &module),
+        "bandwidth" => bandwidth(
+            &dev,
+            &module,
+            match args.get(2).map(String::as_str) {
+                None => &[0, 1],
+                Some("d2h") => &[0],
+                Some("h2d") => &[1],
+                Some(other) => {
+                    eprintln!("gpu_bench: unknown direction `{other}` (d2h, h2d)");
+                    std::process::exit(2)
+                }
+            },
+        ),
         "tax" => tax(&dev, &module),
         "idle" => idle(&module),
         "print-rpc" => print_rpc(&module, args.get(2).map(String::as_str).unwrap_or("/tmp/print-rpc.txt")),
         "all" => {
             null(&dev, &module);
             contention(&dev, &module, 20);
-            bandwidth(&dev, &module);
+            bandwidth(&dev, &module, &[0, 1]);
             tax(&dev, &module);
             idle(&module);
         }
