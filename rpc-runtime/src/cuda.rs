@@ -69,6 +69,7 @@ pub const DEFAULT_PORT_COUNT: u32 = 4096;
 const JIT_LOG_BYTES: usize = 16 * 1024;
 
 mod arena;
+mod cleaner;
 mod copy;
 mod device;
 mod error;

@@ -87,7 +87,9 @@ pub trait DeviceMemory: Sync {
     /// that [`read`](Self::read) and [`write`](Self::write) move at the
     /// bus's full speed (on a GPU: page-locked, so a slice goes to or from
     /// it with no staging copy). `None` (the default) when the backend has
-    /// none to lend: the server then uses its own buffers.
+    /// none to lend: the server then uses its own buffers. A loan may say
+    /// which of its bytes hold zeros ([`Lent::with_zeros`]), and hears
+    /// which bytes the server wrote when it ends.
     #[cfg(feature = "std")]
     fn lend(&self, bytes: usize) -> Option<Lent<'_>> {
         let _ = bytes;
@@ -153,13 +155,26 @@ pub trait EarlyWrites {
     fn finish(&mut self) -> Result<(), CopyError>;
 }
 
+/// What a lender runs when its loan ends, given the byte ranges of the loan
+/// the server wrote ([`Lent::written`]).
+#[cfg(feature = "std")]
+pub type GiveBack<'m> = std::boxed::Box<dyn FnOnce(&[core::ops::Range<usize>]) + 'm>;
+
 /// Host memory a [`DeviceMemory`] lent for one call ([`DeviceMemory::lend`]):
 /// bytes to read and write as a slice, given back when dropped.
+///
+/// A lender may say which bytes hold zeros already ([`with_zeros`](Self::with_zeros)):
+/// the server then skips zeroing those for the call's out-buffers. The
+/// server in turn tells the lender which bytes its host methods wrote
+/// ([`written`](Self::written)), so a lender can zero them after the loan,
+/// away from the calls (the CUDA backend's cleaner does).
 #[cfg(feature = "std")]
 pub struct Lent<'m> {
     ptr: core::ptr::NonNull<u8>,
     len: usize,
-    back: Option<std::boxed::Box<dyn FnOnce() + 'm>>,
+    back: Option<GiveBack<'m>>,
+    zeroed: std::vec::Vec<core::ops::Range<usize>>,
+    written: std::vec::Vec<core::ops::Range<usize>>,
 }
 
 #[cfg(feature = "std")]
@@ -184,10 +199,61 @@ impl<'m> Lent<'m> {
     /// `ptr` must be valid for reads and writes of `len` bytes, and used by
     /// nothing else, until `back` has run.
     pub unsafe fn new(ptr: core::ptr::NonNull<u8>, len: usize, back: std::boxed::Box<dyn FnOnce() + 'm>) -> Lent<'m> {
+        // SAFETY: the caller's promise, passed on; no bytes are said to be
+        // zero.
+        unsafe { Lent::with_zeros(ptr, len, std::vec::Vec::new(), std::boxed::Box::new(move |_| back())) }
+    }
+
+    /// [`new`](Self::new) for a lender that knows the byte ranges `zeroed`
+    /// (sorted, within `len`) hold zeros, and whose `back` is told which
+    /// ranges the server wrote.
+    ///
+    /// ```
+    /// # use rpc_runtime as gpu_rpc;
+    /// use gpu_rpc::device_memory::Lent;
+    /// let mut store = vec![0u8; 16];
+    /// let ptr = std::ptr::NonNull::new(store.as_mut_ptr()).unwrap();
+    /// let dirty = std::cell::RefCell::new(Vec::new());
+    /// // SAFETY: `store` outlives the loan and nothing else touches it; it
+    /// // is all zeros.
+    /// let mut lent = unsafe { Lent::with_zeros(ptr, 16, vec![0..16], Box::new(|w| dirty.borrow_mut().extend_from_slice(w))) };
+    /// assert_eq!(lent.zeroed(), [0..16]);
+    /// lent[4..8].fill(1);
+    /// lent.written(4..8);
+    /// drop(lent);
+    /// assert_eq!(*dirty.borrow(), [4..8]);
+    /// ```
+    ///
+    /// # Safety
+    /// As for [`new`](Self::new); and every byte in `zeroed` is zero.
+    pub unsafe fn with_zeros(
+        ptr: core::ptr::NonNull<u8>,
+        len: usize,
+        zeroed: std::vec::Vec<core::ops::Range<usize>>,
+        back: GiveBack<'m>,
+    ) -> Lent<'m> {
         Lent {
             ptr,
             len,
             back: Some(back),
+            zeroed,
+            written: std::vec::Vec::new(),
+        }
+    }
+
+    /// The byte ranges of the loan that held zeros when it was lent,
+    /// sorted.
+    pub fn zeroed(&self) -> &[core::ops::Range<usize>] {
+        &self.zeroed
+    }
+
+    /// Note that the server wrote `range` (out-buffers a host method
+    /// filled): the lender hears of it when the loan ends. A range that
+    /// continues the last one noted joins it.
+    pub fn written(&mut self, range: core::ops::Range<usize>) {
+        match self.written.last_mut() {
+            Some(last) if last.end == range.start => last.end = range.end,
+            _ => self.written.push(range),
         }
     }
 }
@@ -213,7 +279,7 @@ impl core::ops::DerefMut for Lent<'_> {
 impl Drop for Lent<'_> {
     fn drop(&mut self) {
         if let Some(back) = self.back.take() {
-            back();
+            back(&self.written);
         }
     }
 }

@@ -173,6 +173,13 @@ impl Bulk for BulkHost {
         out.len() as u64
     }
 
+    fn give_half(&self, seed: u64, out: &mut [u8]) -> u64 {
+        let dirty = out.iter().filter(|&&b| b != 0).count() as u64;
+        let half = out.len() / 2;
+        self.give_bytes(seed, &mut out[..half]);
+        dirty
+    }
+
     fn source(&self, out: &mut [u8]) -> u64 {
         // Relaxed: as above.
         self.sent.fetch_add(out.len() as u64, Ordering::Relaxed);

@@ -5,6 +5,10 @@
 //! afterwards. Arenas are never freed while the region runs (freeing pinned
 //! memory may wait for the device, which may be waiting for this server);
 //! how many bytes they hold in all is the pool's business (`copy.rs`).
+//!
+//! An arena also knows which of its free bytes hold zeros (`clean`): the
+//! cleaner (`cleaner.rs`) zeroes what host methods wrote after their loans
+//! end, so the next call's out-buffers need no zeroing on its way.
 
 use std::ptr::NonNull;
 
@@ -21,7 +25,14 @@ pub(super) const PIECE_BYTES: usize = 64 << 10;
 /// its bytes are lent now.
 pub(super) struct Arena {
     pub(super) host: NonNull<u8>,
+    /// The bytes neither lent nor being zeroed.
     pub(super) free: Pieces,
+    /// The free bytes known to hold zeros (a subset of `free`).
+    pub(super) clean: Pieces,
+    /// Heap memory standing in for the pinned allocation (the cleaner's
+    /// unit tests, without a driver).
+    #[cfg(test)]
+    heap: Option<Vec<u8>>,
 }
 
 // SAFETY: an owned pinned allocation; its pieces are handed to one thread
@@ -41,12 +52,39 @@ impl Arena {
         Ok(Arena {
             host,
             free: Pieces::new(len),
+            // Pinned memory comes with whatever it held: nothing is known
+            // to be zero until the cleaner zeroes it.
+            clean: Pieces::new(0),
+            #[cfg(test)]
+            heap: None,
         })
+    }
+
+    /// An arena of `len` bytes of heap memory, each `fill` (tests only).
+    #[cfg(test)]
+    pub(super) fn on_heap(len: usize, fill: u8) -> Arena {
+        let mut heap = vec![fill; len];
+        Arena {
+            host: NonNull::new(heap.as_mut_ptr()).expect("a vector's pointer is not null"),
+            free: Pieces::new(len),
+            clean: Pieces::new(0),
+            heap: Some(heap),
+        }
+    }
+
+    /// The arena's bytes (tests only; nothing else may be using them).
+    #[cfg(test)]
+    pub(super) fn bytes(&self) -> &[u8] {
+        self.heap.as_deref().expect("a heap arena")
     }
 }
 
 impl Drop for Arena {
     fn drop(&mut self) {
+        #[cfg(test)]
+        if self.heap.is_some() {
+            return;
+        }
         // SAFETY: the arena's own pinned allocation; the pool drops it only
         // with the copies, when no call holds a piece.
         let _ = call("cuMemFreeHost", || unsafe {
@@ -107,6 +145,39 @@ impl Pieces {
         }
     }
 
+    /// Remove `[at, at + len)` from the set, wherever it holds those bytes
+    /// (ranges are cut or split); the bytes removed.
+    pub(super) fn remove(&mut self, at: usize, len: usize) -> usize {
+        let end = at + len;
+        let mut removed = 0;
+        let mut kept = Vec::with_capacity(self.free.len() + 1);
+        for &(s, e) in &self.free {
+            if e <= at || end <= s {
+                kept.push((s, e));
+                continue;
+            }
+            removed += e.min(end) - s.max(at);
+            if s < at {
+                kept.push((s, at));
+            }
+            if end < e {
+                kept.push((end, e));
+            }
+        }
+        self.free = kept;
+        removed
+    }
+
+    /// The parts of `[at, at + len)` the set holds, as `[start, end)`
+    /// ranges in order.
+    pub(super) fn overlaps(&self, at: usize, len: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let end = at + len;
+        self.free
+            .iter()
+            .filter(move |&&(s, e)| s < end && at < e)
+            .map(move |&(s, e)| (s.max(at), e.min(end)))
+    }
+
     /// Bytes free in all.
     #[cfg(test)]
     fn free_bytes(&self) -> usize {
@@ -150,6 +221,21 @@ mod tests {
         // 45 fits only the 50.
         assert_eq!(p.take(45), Some(50));
         assert_eq!(p.free_bytes(), 5 + 5);
+    }
+
+    #[test]
+    fn removing_cuts_and_splits_ranges_and_overlaps_clip_them() {
+        let mut p = Pieces::new(100);
+        assert_eq!(p.remove(10, 20), 20);
+        assert_eq!(p.free, [(0, 10), (30, 100)]);
+        // Across a hole: only the bytes the set held count.
+        assert_eq!(p.remove(5, 30), 5 + 5);
+        assert_eq!(p.free, [(0, 5), (35, 100)]);
+        assert_eq!(p.overlaps(3, 40).collect::<Vec<_>>(), [(3, 5), (35, 43)]);
+        assert_eq!(p.overlaps(5, 30).count(), 0);
+        assert_eq!(p.remove(200, 10), 0);
+        assert_eq!(p.remove(0, 100), 5 + 65);
+        assert!(p.free.is_empty());
     }
 
     /// Random takes and gives never lend one byte twice and lose none.

@@ -28,7 +28,10 @@
 //! Out-buffers that a call's lanes finished while the call still runs are
 //! sent from lent memory on a stream of their own ([`DeviceMemory::early_writes`]):
 //! the copy engine reads lane `i`'s while lane `i + 1`'s host method writes
-//! its own, and the call waits for them before its reply.
+//! its own, and the call waits for them before its reply. What host
+//! methods wrote into lent memory is zeroed after the loan by the cleaner
+//! thread (`cleaner.rs`), so later loans come with zeros the server need
+//! not write.
 //!
 //! A call's copies are sorted by address; neighbours in one allocation
 //! (`cuMemGetAddressRange`) are merged into one transfer, reading across gaps
@@ -42,11 +45,12 @@
 use std::ffi::c_void;
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use cudarc::driver::{result, sys, DriverError};
 
 use super::arena::{Arena, PIECE_BYTES};
+use super::cleaner::{self, Cleaning};
 use crate::device_memory::{CopyError, DeviceMemory, EarlyWrites};
 
 use super::*;
@@ -227,11 +231,12 @@ pub(super) fn call<T>(what: &'static str, f: impl FnOnce() -> Result<T, DriverEr
 }
 
 /// The stages and arenas of one region's copies.
-struct Pool {
+pub(super) struct Pool {
     idle: Vec<Stage>,
     made: usize,
-    /// Every arena, with which of its pieces are lent now.
-    arenas: Vec<Arena>,
+    /// Every arena, with which of its pieces are lent now (never removed:
+    /// the cleaner names them by index).
+    pub(super) arenas: Vec<Arena>,
     /// Bytes of every arena, lent or not.
     arena_bytes: usize,
     /// The address ranges lent now: copies to or from them need no stage.
@@ -240,7 +245,9 @@ struct Pool {
     /// made on demand (one per server thread sending at once) and kept.
     early_streams: Vec<OwnedStream>,
     /// What the copies did so far.
-    stats: CopyStats,
+    pub(super) stats: CopyStats,
+    /// What the cleaner has to zero (`cleaner.rs`).
+    pub(super) cleaning: Cleaning,
 }
 
 /// What a region's direct copies did so far ([`CudaCopies::stats`]): how
@@ -273,6 +280,11 @@ pub struct CopyStats {
     pub staged_bytes: u64,
     /// Pinned bytes the copies hold now (stages and arenas).
     pub pinned_bytes: u64,
+    /// Bytes host methods wrote that the cleaner zeroed after their calls.
+    pub cleaned_bytes: u64,
+    /// Bytes lent already zeroed (out-buffers in them need no zeroing on
+    /// the call's way).
+    pub lent_zeroed_bytes: u64,
 }
 
 impl Pool {
@@ -286,13 +298,60 @@ impl Pool {
     }
 }
 
+/// The pool and its signals, shared with the cleaner thread.
+pub(super) struct Shared {
+    pool: Mutex<Pool>,
+    /// A stage, a piece of an arena or a chunk the cleaner zeroed came back.
+    pub(super) freed: Condvar,
+    /// The cleaner has something to do (or is to stop).
+    pub(super) work: Condvar,
+}
+
+impl Shared {
+    /// No stages, arenas or streams yet.
+    pub(super) fn new() -> Shared {
+        Shared {
+            pool: Mutex::new(Pool {
+                idle: Vec::new(),
+                made: 0,
+                arenas: Vec::new(),
+                arena_bytes: 0,
+                lent: Vec::new(),
+                early_streams: Vec::new(),
+                stats: CopyStats::default(),
+                cleaning: Cleaning::default(),
+            }),
+            freed: Condvar::new(),
+            work: Condvar::new(),
+        }
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, Pool> {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// The direct copies of one [`CudaRegion`]'s server (see the module docs);
 /// [`CudaRegion::server`] gives its server one.
 pub struct CudaCopies {
     device: CudaDevice,
     limit: usize,
-    pool: Mutex<Pool>,
-    freed: Condvar,
+    shared: Arc<Shared>,
+    /// The cleaner thread, once started.
+    cleaner: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for CudaCopies {
+    fn drop(&mut self) {
+        self.shared.lock().cleaning.stop = true;
+        self.shared.work.notify_all();
+        let handle = self.cleaner.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(h) = handle {
+            // It ends at its next look at the pool (after at most one
+            // chunk); the arenas it writes are freed only after this.
+            let _ = h.join();
+        }
+    }
 }
 
 impl fmt::Debug for CudaCopies {
@@ -316,16 +375,8 @@ impl CudaCopies {
         CudaCopies {
             device: device.clone(),
             limit,
-            pool: Mutex::new(Pool {
-                idle: Vec::new(),
-                made: 0,
-                arenas: Vec::new(),
-                arena_bytes: 0,
-                lent: Vec::new(),
-                early_streams: Vec::new(),
-                stats: CopyStats::default(),
-            }),
-            freed: Condvar::new(),
+            shared: Arc::new(Shared::new()),
+            cleaner: Mutex::new(None),
         }
     }
 
@@ -336,19 +387,19 @@ impl CudaCopies {
 
     /// What the copies did so far (see [`CopyStats`]).
     pub fn stats(&self) -> CopyStats {
-        let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let pool = self.lock();
         CopyStats {
             pinned_bytes: pool.bytes() as u64,
             ..pool.stats
         }
     }
 
-    /// Make the device's context current on this thread (server threads
-    /// start without one), as a [`CopyError`].
-    fn lock(&self) -> std::sync::MutexGuard<'_, Pool> {
-        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Pool> {
+        self.shared.lock()
     }
 
+    /// Make the device's context current on this thread (server threads
+    /// start without one), as a [`CopyError`].
     fn bind(&self) -> Result<(), CopyError> {
         self.device.bind().map_err(|_| CopyError {
             what: "cuCtxSetCurrent",
@@ -357,7 +408,7 @@ impl CudaCopies {
     }
 
     fn take(&self) -> Result<Stage, CopyError> {
-        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = self.lock();
         loop {
             if let Some(s) = pool.idle.pop() {
                 return Ok(s);
@@ -369,18 +420,36 @@ impl CudaCopies {
                 drop(pool);
                 let made = Stage::new();
                 if made.is_err() {
-                    self.pool.lock().unwrap_or_else(|e| e.into_inner()).made -= 1;
-                    self.freed.notify_one();
+                    self.lock().made -= 1;
+                    self.shared.freed.notify_all();
                 }
                 return made;
             }
-            pool = self.freed.wait(pool).unwrap_or_else(|e| e.into_inner());
+            pool = self.shared.freed.wait(pool).unwrap_or_else(|e| e.into_inner());
         }
     }
 
     fn give(&self, stage: Stage) {
-        self.pool.lock().unwrap_or_else(|e| e.into_inner()).idle.push(stage);
-        self.freed.notify_one();
+        self.lock().idle.push(stage);
+        // All: lenders waiting for the cleaner wait on this too.
+        self.shared.freed.notify_all();
+    }
+
+    /// Start the cleaner thread, once, if a loan came back written.
+    fn start_cleaner(&self, pool: &mut Pool) {
+        if pool.cleaning.started || !pool.cleaning.pending() {
+            return;
+        }
+        pool.cleaning.started = true;
+        let shared = Arc::clone(&self.shared);
+        // Without a thread nothing is zeroed ahead: the server zeroes
+        // out-buffers itself, as before.
+        if let Ok(h) = std::thread::Builder::new()
+            .name("gpu_rpc cleaner".into())
+            .spawn(move || cleaner::run(shared))
+        {
+            *self.cleaner.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+        }
     }
 
     /// The end of the allocation holding `at`, if the driver knows it.
@@ -438,7 +507,7 @@ impl CudaCopies {
         ranges: &[(u64, usize)],
         hosts: &[usize],
     ) -> (Vec<(&'s Span, usize)>, Vec<&'s Span>) {
-        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = self.lock();
         let (mut direct, mut staged) = (Vec::new(), Vec::new());
         for sp in spans {
             let k0 = sp.members[0];
@@ -680,70 +749,92 @@ impl DeviceMemory for CudaCopies {
         // while it does, other calls use ordinary buffers and the one stage
         // always allowed.
         let need = bytes.max(1).next_multiple_of(PIECE_BYTES);
-        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pool = self.lock();
         if need > self.limit {
             pool.stats.loans_refused += 1;
             return None;
         }
-        let found = pool
-            .arenas
-            .iter_mut()
-            .find_map(|a| a.free.take(need).map(|at| (a.host, at)));
-        let (host, at) = match found {
-            Some(piece) => piece,
-            None => {
-                // No room: the call uses ordinary buffers. (Arenas are not
-                // freed to make room: freeing pinned memory may wait for
-                // the device, which may be waiting for this server.)
-                let size = need.next_multiple_of(1 << 20);
-                if pool.bytes() + size > self.limit {
+        let (a, at) = loop {
+            let found = (0..pool.arenas.len()).find_map(|a| pool.arenas[a].free.take(need).map(|at| (a, at)));
+            if let Some(piece) = found {
+                break piece;
+            }
+            // The cleaner may hold the bytes that would make room: wait for
+            // its chunk (it starts no other while anyone waits).
+            if pool.cleaning.busy() {
+                pool.cleaning.waiting += 1;
+                pool = self.shared.freed.wait(pool).unwrap_or_else(|e| e.into_inner());
+                pool.cleaning.waiting -= 1;
+                if pool.cleaning.waiting == 0 {
+                    self.shared.work.notify_all();
+                }
+                continue;
+            }
+            // No room: the call uses ordinary buffers. (Arenas are not
+            // freed to make room: freeing pinned memory may wait for the
+            // device, which may be waiting for this server.)
+            let size = need.next_multiple_of(1 << 20);
+            if pool.bytes() + size > self.limit {
+                pool.stats.loans_refused += 1;
+                return None;
+            }
+            pool.arena_bytes += size;
+            drop(pool);
+            // The context must be current on this server thread before it
+            // pins memory: a thread's first call reaches here before any
+            // copy has bound it, and without it the allocation failed, a
+            // stage was made for the copy, and a loan of the whole budget
+            // never fitted again (every 64 MiB slice went through the
+            // stages: 64 of 64 loans refused on the H200).
+            let made = self.bind().and_then(|()| Arena::new(size));
+            pool = self.lock();
+            match made {
+                Ok(mut arena) => {
+                    let at = arena.free.take(need).expect("a new arena holds its first piece");
+                    pool.arenas.push(arena);
+                    break (pool.arenas.len() - 1, at);
+                }
+                Err(_) => {
+                    pool.arena_bytes -= size;
                     pool.stats.loans_refused += 1;
                     return None;
                 }
-                pool.arena_bytes += size;
-                drop(pool);
-                // The context must be current on this server thread before
-                // it pins memory: a thread's first call reaches here before
-                // any copy has bound it, and without it the allocation failed,
-                // a stage was made for the copy, and a loan of the whole
-                // budget never fitted again (every 64 MiB slice went through
-                // the stages: 64 of 64 loans refused on the H200).
-                let made = self.bind().and_then(|()| Arena::new(size));
-                pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
-                match made {
-                    Ok(mut a) => {
-                        let at = a.free.take(need).expect("a new arena holds its first piece");
-                        let host = a.host;
-                        pool.arenas.push(a);
-                        (host, at)
-                    }
-                    Err(_) => {
-                        pool.arena_bytes -= size;
-                        pool.stats.loans_refused += 1;
-                        return None;
-                    }
-                }
             }
         };
+        // The piece's bytes the cleaner zeroed go with it, as zeros; none of
+        // it is for the cleaner any more.
+        let arena = &mut pool.arenas[a];
+        let zeroed: Vec<_> = arena.clean.overlaps(at, need).map(|(s, e)| s - at..e - at).collect();
+        arena.clean.remove(at, need);
+        let host = arena.host;
+        pool.cleaning.lent(a, at, at + need);
+        pool.stats.lent_zeroed_bytes += zeroed.iter().map(|r| r.len() as u64).sum::<u64>();
         // SAFETY: pointer arithmetic only: `at + need` is within the arena.
         let ptr = unsafe { NonNull::new_unchecked(host.as_ptr().add(at)) };
         let start = ptr.as_ptr() as usize;
         pool.lent.push((start, start + need));
         pool.stats.loans += 1;
         drop(pool);
-        let back = Box::new(move || {
-            let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let back = Box::new(move |written: &[std::ops::Range<usize>]| {
+            let mut pool = self.lock();
             pool.lent.retain(|&(a, _)| a != start);
-            if let Some(a) = pool.arenas.iter_mut().find(|a| a.host == host) {
-                a.free.give(at, need);
+            pool.arenas[a].free.give(at, need);
+            // What host methods wrote, for the cleaner to zero.
+            for w in written {
+                pool.cleaning.written(a, at + w.start, at + w.end.min(need));
             }
+            self.start_cleaner(&mut pool);
             drop(pool);
-            self.freed.notify_all();
+            self.shared.freed.notify_all();
+            if !written.is_empty() {
+                self.shared.work.notify_all();
+            }
         });
         // SAFETY: the piece's `need` bytes are this loan's alone: the arena's
         // free ranges no longer hold them, and get them back only when
-        // `back` runs.
-        Some(unsafe { crate::device_memory::Lent::new(ptr, need, back) })
+        // `back` runs; the ranges of `zeroed` were clean (the cleaner zeroed
+        // them, and no loan has had them since).
+        Some(unsafe { crate::device_memory::Lent::with_zeros(ptr, need, zeroed, back) })
     }
 }
 

@@ -69,8 +69,9 @@ pub(super) struct Loan<'m> {
     /// dropped first, so every copy reading the loan is complete (a
     /// queue waits for its copies when dropped) before the memory goes back.
     early: core::cell::RefCell<Early<'m>>,
-    /// Keeps the memory until the call is over.
-    _lent: Lent<'m>,
+    /// Keeps the memory until the call is over (and says which of its bytes
+    /// came zeroed).
+    lent: Lent<'m>,
     base: core::ptr::NonNull<u8>,
     slots: Vec<Slot>,
     /// Where the out-buffers' slots begin in `slots` (inputs come first).
@@ -88,6 +89,19 @@ struct Early<'m> {
     /// Out-buffer slots `first..=last` (indices in `slots`), filled, side by
     /// side in the loan and on the device, waiting to be sent together.
     run: Option<(usize, usize)>,
+}
+
+impl Drop for Loan<'_> {
+    /// Tell the lender which bytes host methods wrote (the out-buffers
+    /// handed out or stored), so it can zero them off the calls' way; the
+    /// fields drop after this, the early copies first.
+    fn drop(&mut self) {
+        for s in &self.slots[self.first_out..] {
+            if s.taken.get() || s.filled.get() {
+                self.lent.written(s.at..s.at + s.len);
+            }
+        }
+    }
 }
 
 /// One direct slice's place in a [`Loan`].
@@ -126,6 +140,33 @@ impl<'m> Loan<'m> {
         Some(unsafe { core::slice::from_raw_parts(self.ptr(s), s.len) })
     }
 
+    /// Zero the loan's bytes `[at, at + len)` that were not lent as zeros.
+    fn zero(&self, at: usize, len: usize) {
+        let end = at + len;
+        let mut from = at;
+        let fill = |a: usize, b: usize| {
+            // SAFETY: `[a, b)` lies within `[at, at + len)`, one slot of the
+            // loan that the caller holds and nothing else borrows.
+            unsafe { core::ptr::write_bytes(self.base.as_ptr().add(a), 0, b - a) }
+        };
+        for z in self.lent.zeroed() {
+            if z.end <= from {
+                continue;
+            }
+            if end <= z.start {
+                break;
+            }
+            if from < z.start {
+                fill(from, z.start);
+            }
+            from = z.end;
+            if end <= from {
+                return;
+            }
+        }
+        fill(from, end);
+    }
+
     /// The place of out-buffer `index` of `lane`, zeroed, for a host method
     /// to write `count` elements of `T` into (the caller checked
     /// [`bytes_are_values`](crate::wire::bytes_are_values)`::<T>()`); `None`
@@ -144,16 +185,16 @@ impl<'m> Loan<'m> {
             return None;
         }
         s.taken.set(true);
+        // Zeros where the lender did not lend zeros (its cleaner zeroed
+        // earlier calls' out-buffers off their way).
+        self.zero(s.at, s.len);
         // SAFETY: the slot's `len` bytes are in the loan, which outlives the
         // borrow of the call the place is tied to; it is handed out once
         // (`taken`), and nothing else touches it until the host method is
         // done (`set_out` compares addresses only); aligned for `T`, and
         // `T`'s every byte pattern is a value (the caller's check), so the
-        // zeroed bytes are `count` valid elements.
-        unsafe {
-            core::ptr::write_bytes(p, 0, s.len);
-            Some(core::slice::from_raw_parts_mut(p.cast::<T>(), count))
-        }
+        // bytes are `count` valid elements (zeros, as the method expects).
+        unsafe { Some(core::slice::from_raw_parts_mut(p.cast::<T>(), count)) }
     }
 
     /// Out-buffer `index` of `lane` is `bytes`: mark it in place if `bytes`
@@ -369,7 +410,7 @@ impl Dispatcher {
                 let base = core::ptr::NonNull::new(lent.as_mut_ptr()).expect("a slice's pointer is not null");
                 Some(Loan {
                     early: Default::default(),
-                    _lent: lent,
+                    lent,
                     base,
                     slots,
                     first_out: wanted.len(),

@@ -23,8 +23,9 @@ const LOCAL: usize = 2560;
 /// writes the pattern into its own `stride` bytes of `data` at an odd
 /// offset and has the host check it (`check_bytes`), reads it back (so the
 /// old bytes sit in its cache) and has the host overwrite it
-/// (`give_bytes`), then checks every byte; the same with `u32` elements in
-/// and `u64` elements out. Writes the thread's count of wrong bytes and
+/// (`give_bytes`), then checks every byte; then has the host write half of
+/// it (`give_half`: the out-buffer must come zeroed, and the other half
+/// arrive as zeros); the same with `u32` elements in and `u64` elements out. Writes the thread's count of wrong bytes and
 /// results to `out[gid]`.
 ///
 /// # Safety
@@ -66,6 +67,15 @@ pub unsafe extern "ptx-kernel" fn rpc_bulk_check_kernel(
             .iter()
             .enumerate()
             .filter(|&(i, &b)| b != bulk::byte(!seed, i as u64))
+            .count() as u64;
+        // Half of it written by the host: the out-buffer came zeroed (the
+        // host memory lent for it held the bytes of earlier calls), and the
+        // half left unwritten arrives as zeros.
+        bad += host.give_half(seed ^ 5, bytes);
+        bad += bytes
+            .iter()
+            .enumerate()
+            .filter(|&(i, &b)| b != if i < n / 2 { bulk::byte(seed ^ 5, i as u64) } else { 0 })
             .count() as u64;
         // `u32`s in, `u64`s out, at 8-aligned addresses.
         // SAFETY: `8 + 4 * (n / 4 + 1) <= stride`, 4-aligned.

@@ -32,4 +32,9 @@ pub trait Bulk {
     /// Fill `out` with ones (the benchmark's host-to-device direction);
     /// returns its length.
     fn source(&self, out: &mut [u8]) -> u64;
+    /// Fill the first half of `out` with [`byte`]`(seed, i)` and leave the
+    /// rest; returns how many bytes of `out` were not zero when the method
+    /// got it (an out-buffer starts zeroed, whatever earlier calls wrote
+    /// into the host memory it is lent).
+    fn give_half(&self, seed: u64, out: &mut [u8]) -> u64;
 }

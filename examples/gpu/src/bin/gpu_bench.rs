@@ -367,7 +367,7 @@ fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
         "| direction | lanes | bytes per lane-call | warp-calls | gpu_rpc GB/s, median [min, max] of 3 | the region's \
          first run (pins its memory) GB/s | cuMemcpy GB/s (same bytes per warp-call), median [min, max] | gpu_rpc / \
          cuMemcpy | in packets (direct path off) GB/s, median [min, max] | direct / packets | calls lent pinned memory / \
-         refused; MiB moved straight / staged |"
+         refused; MiB moved straight / staged; MiB lent zeroed / zeroed by the cleaner |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let median = |mut v: Vec<f64>| {
@@ -454,7 +454,7 @@ fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
                 None => ("—".to_string(), "—".to_string()),
             };
             println!(
-                "| {}{} | {lanes} | {bytes} | {iters} | {r:.3} [{rlo:.3}, {rhi:.3}] | {first:.3} | {c:.2} [{clo:.2}, {chi:.2}] | {:.3} | {p} | {vs} | {} / {}; {} / {} |",
+                "| {}{} | {lanes} | {bytes} | {iters} | {r:.3} [{rlo:.3}, {rhi:.3}] | {first:.3} | {c:.2} [{clo:.2}, {chi:.2}] | {:.3} | {p} | {vs} | {} / {}; {} / {}; {} / {} |",
                 if dir == 0 { "device → host" } else { "host → device" },
                 if pinned == default { String::new() } else { format!(" ({} MiB pinned)", pinned >> 20) },
                 r / c,
@@ -462,6 +462,8 @@ fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
                 stats.loans_refused,
                 stats.straight_bytes >> 20,
                 stats.staged_bytes >> 20,
+                stats.lent_zeroed_bytes >> 20,
+                stats.cleaned_bytes >> 20,
             );
         }
     }
