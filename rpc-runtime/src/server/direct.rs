@@ -542,15 +542,18 @@ impl Dispatcher {
                 failed.push((k, message));
             }
         }
-        memory.write(&copies, &mut |c, e| {
-            let (at, data) = (copies[c].0, copies[c].1.len());
-            let k = which[c];
-            let j = wanted[k].1;
-            failed.push((
-                k,
-                format!("out-buffer {j}: the direct copy of {data} bytes to {at:#x} failed: {e}"),
-            ));
-        });
+        // (Nothing left when every out-buffer went while the call ran.)
+        if !copies.is_empty() {
+            memory.write(&copies, &mut |c, e| {
+                let (at, data) = (copies[c].0, copies[c].1.len());
+                let k = which[c];
+                let j = wanted[k].1;
+                failed.push((
+                    k,
+                    format!("out-buffer {j}: the direct copy of {data} bytes to {at:#x} failed: {e}"),
+                ));
+            });
+        }
         for (k, message) in failed {
             let (lane, j) = wanted[k];
             call.fail(
