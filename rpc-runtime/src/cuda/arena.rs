@@ -108,19 +108,23 @@ impl Pieces {
         }
     }
 
+    /// Where [`take`](Self::take) would take `len` bytes (`len > 0`): the
+    /// start of the smallest free range that holds them, or `None` if no
+    /// range does.
+    pub(super) fn fit(&self, len: usize) -> Option<usize> {
+        self.free
+            .iter()
+            .filter(|&&(s, e)| e - s >= len)
+            .min_by_key(|&&(s, e)| e - s)
+            .map(|&(s, _)| s)
+    }
+
     /// Take `len` bytes (`len > 0`) from the smallest free range that holds
     /// them, at its start; the offset, or `None` if no range does.
     pub(super) fn take(&mut self, len: usize) -> Option<usize> {
-        let i = (0..self.free.len())
-            .filter(|&i| self.free[i].1 - self.free[i].0 >= len)
-            .min_by_key(|&i| self.free[i].1 - self.free[i].0)?;
-        let (start, end) = self.free[i];
-        if end - start == len {
-            self.free.remove(i);
-        } else {
-            self.free[i].0 = start + len;
-        }
-        Some(start)
+        let at = self.fit(len)?;
+        self.remove(at, len);
+        Some(at)
     }
 
     /// Give back the `len` bytes at `at` (taken with [`take`](Self::take)).

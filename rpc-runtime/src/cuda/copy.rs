@@ -755,26 +755,39 @@ impl DeviceMemory for CudaCopies {
             return None;
         }
         let (a, at) = loop {
-            let found = (0..pool.arenas.len()).find_map(|a| pool.arenas[a].free.take(need).map(|at| (a, at)));
-            if let Some(piece) = found {
-                break piece;
+            // Of the arenas with room, the one whose piece holds the most
+            // zeros (the cleaner's work since its last loan).
+            let found = (0..pool.arenas.len())
+                .filter_map(|a| pool.arenas[a].free.fit(need).map(|at| (a, at)))
+                .max_by_key(|&(a, at)| {
+                    let clean = &pool.arenas[a].clean;
+                    (
+                        clean.overlaps(at, need).map(|(s, e)| e - s).sum::<usize>(),
+                        usize::MAX - a,
+                    )
+                });
+            if let Some((a, at)) = found {
+                pool.arenas[a].free.remove(at, need);
+                break (a, at);
             }
-            // The cleaner may hold the bytes that would make room: wait for
-            // its chunk (it starts no other while anyone waits).
-            if pool.cleaning.busy() {
-                pool.cleaning.waiting += 1;
-                pool = self.shared.freed.wait(pool).unwrap_or_else(|e| e.into_inner());
-                pool.cleaning.waiting -= 1;
-                if pool.cleaning.waiting == 0 {
-                    self.shared.work.notify_all();
-                }
-                continue;
-            }
-            // No room: the call uses ordinary buffers. (Arenas are not
-            // freed to make room: freeing pinned memory may wait for the
-            // device, which may be waiting for this server.)
+            // No room. A new arena if the budget has room for it (the
+            // cleaner zeroes the others meanwhile); else the cleaner may
+            // hold the bytes that would make room: wait for its chunk (it
+            // starts no other while anyone waits); else the call uses
+            // ordinary buffers. (Arenas are not freed to make room: freeing
+            // pinned memory may wait for the device, which may be waiting
+            // for this server.)
             let size = need.next_multiple_of(1 << 20);
             if pool.bytes() + size > self.limit {
+                if pool.cleaning.busy() {
+                    pool.cleaning.waiting += 1;
+                    pool = self.shared.freed.wait(pool).unwrap_or_else(|e| e.into_inner());
+                    pool.cleaning.waiting -= 1;
+                    if pool.cleaning.waiting == 0 {
+                        self.shared.work.notify_all();
+                    }
+                    continue;
+                }
                 pool.stats.loans_refused += 1;
                 return None;
             }

@@ -405,7 +405,10 @@ impl Dispatcher {
                     rest = tail;
                     offset = s.at + s.len;
                 }
-                memory.read(&mut copies, &mut |k, e| failed.push((k, e)));
+                // (A call with out-buffers only has nothing to read.)
+                if !copies.is_empty() {
+                    memory.read(&mut copies, &mut |k, e| failed.push((k, e)));
+                }
                 drop(copies);
                 let base = core::ptr::NonNull::new(lent.as_mut_ptr()).expect("a slice's pointer is not null");
                 Some(Loan {
