@@ -16,20 +16,26 @@ pub struct Served<'r, 'a> {
 }
 
 /// How often a server thread whose own share of a region's ports keeps it
-/// busy still looks at the other threads' shares: every this many passes
-/// (a thread whose share had nothing pending looks every pass). Threads that
-/// scanned each other's ports on every pass met on the same ports and passed
-/// the mailbox lines back and forth, while the owner would have served them
-/// a moment later; looking now and then still bounds how long the ports of a
-/// thread held up in a slow host method wait for another thread.
+/// busy still looks at another thread's share: every this many passes, one
+/// other share at a time, in turn (a thread whose share had nothing pending
+/// looks at all of them every pass). Threads that scanned each other's
+/// ports on every pass met on the same ports and passed the mailbox lines
+/// back and forth, while the owner would have served them a moment later;
+/// and a busy thread that scanned all the others' shares on its 8th pass
+/// spent that pass missing on every mailbox line the GPU had written (with
+/// 4096 ports and 8 threads, 3584 ports: eight threads served fewer calls
+/// than four). Looking now and then still bounds how long the ports of a
+/// thread held up in a slow host method wait for another thread: every
+/// `STEAL_EVERY_PASSES × (threads − 1)` of each other thread's passes.
 pub(crate) const STEAL_EVERY_PASSES: u32 = 8;
 
 /// The loop of one thread of a server pool over several regions (several
 /// devices, or several launches on one): each pass serves every region still
 /// running, this thread's share of its ports first (dealt in chunks of
-/// consecutive ports, round-robin: `Deal`), then, when
-/// its share had nothing pending or every `STEAL_EVERY_PASSES` (8) passes,
-/// the other threads' shares. A region leaves the pool
+/// consecutive ports, round-robin: `Deal`), then, when its share had
+/// nothing pending, the other threads' shares, or, every
+/// `STEAL_EVERY_PASSES` (8) passes, one other thread's share in turn. A
+/// region leaves the pool
 /// when its kernel is over and a pass finds nothing pending, or when a wait
 /// on it was abandoned; that does not stop the others. Returns each region's
 /// outcome, in order: the warp-calls this thread served on it (a run's own
@@ -71,8 +77,10 @@ pub fn serve_pool(regions: &[Served<'_, '_>], thread: u32, threads: u32, idle: &
             let finished = r.done.load(Ordering::Acquire);
             let pass = (|| {
                 let mut n = r.dispatcher.poll_ranges(r.server, deal.own(thread))?;
-                if looks_at_others(threads, n, passes) {
-                    n += r.dispatcher.poll_ranges(r.server, deal.others(thread))?;
+                match looks_at_others(threads, n, passes) {
+                    Others::None => {}
+                    Others::All => n += r.dispatcher.poll_ranges(r.server, deal.others(thread))?,
+                    Others::One(d) => n += r.dispatcher.poll_ranges(r.server, deal.own((thread + d) % threads))?,
                 }
                 Ok(n)
             })();
@@ -140,29 +148,51 @@ impl Deal {
     }
 }
 
-/// Whether a pass of one of `threads` server threads, which served `own`
-/// calls in its own share, goes on to the other threads' shares (see
+/// Which other threads' shares a pass looks at after its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Others {
+    None,
+    All,
+    /// The share of thread `t + d` (of `threads`).
+    One(u32),
+}
+
+/// Which other threads' shares pass `pass` of one of `threads` server
+/// threads, which served `own` calls in its own share, goes on to (see
 /// `STEAL_EVERY_PASSES`).
-fn looks_at_others(threads: u32, own: usize, pass: u32) -> bool {
-    threads > 1 && (own == 0 || pass.is_multiple_of(STEAL_EVERY_PASSES))
+fn looks_at_others(threads: u32, own: usize, pass: u32) -> Others {
+    if threads <= 1 {
+        Others::None
+    } else if own == 0 {
+        Others::All
+    } else if pass.is_multiple_of(STEAL_EVERY_PASSES) {
+        Others::One(1 + (pass / STEAL_EVERY_PASSES) % (threads - 1))
+    } else {
+        Others::None
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A thread whose share is idle helps the others on every pass; one
-    /// kept busy by its own share still looks at theirs once every
-    /// `STEAL_EVERY_PASSES` passes, so a thread held up in a slow host method
-    /// never leaves its ports unserved for long; a lone thread has no others.
+    /// A thread whose share is idle helps all the others on every pass;
+    /// one kept busy by its own share still looks at one other share every
+    /// `STEAL_EVERY_PASSES` passes, each in turn, so a thread held up in a
+    /// slow host method never leaves its ports unserved for long; a lone
+    /// thread has no others.
     #[test]
     fn busy_threads_look_at_other_slices_now_and_then() {
-        assert!((0..100).all(|pass| looks_at_others(4, 0, pass)));
-        let looks = (1..=8 * STEAL_EVERY_PASSES)
-            .filter(|&pass| looks_at_others(4, 3, pass))
-            .count();
-        assert_eq!(looks, 8);
-        assert!(!(0..100).any(|pass| looks_at_others(1, 0, pass)));
+        assert!((0..100).all(|pass| looks_at_others(4, 0, pass) == Others::All));
+        let looks: Vec<Others> = (1..=6 * STEAL_EVERY_PASSES)
+            .map(|pass| looks_at_others(4, 3, pass))
+            .filter(|&o| o != Others::None)
+            .collect();
+        // Six looks: the three others in turn, twice.
+        let turn = |d| Others::One(d);
+        assert_eq!(looks, [turn(2), turn(3), turn(1), turn(2), turn(3), turn(1)]);
+        assert!((0..100).all(|pass| looks_at_others(1, 0, pass) == Others::None));
+        assert!((0..100).all(|pass| looks_at_others(1, 5, pass) == Others::None));
     }
 
     fn ports_of(ranges: impl Iterator<Item = core::ops::Range<u32>>) -> Vec<u32> {
