@@ -1368,6 +1368,35 @@ fn lent_memory_is_given_back_before_the_reply() {
     assert_eq!(d.errors(), []);
 }
 
+/// Play one warp-call of `Rel::fill(seed, out)` on port 0 as a device
+/// would: `lanes` lanes, each an out-buffer of `each` bytes by address
+/// (`addr(lane)`) and its lane number as the seed; each lane's status.
+fn direct_fill(dev: &RawDevice<'_>, lanes: u32, each: usize, addr: impl Fn(u32) -> u64) -> Vec<Status> {
+    use gpu_rpc::call::len_word;
+    let word = RelRpc::FILL.frame_word().pack();
+    let frames: Vec<_> = (0..lanes)
+        .map(|l| {
+            let mut block = len_word(each as u64, true).to_le_bytes().to_vec();
+            block.push(l as u8); // the seed
+            (l, frame(word, &block))
+        })
+        .collect();
+    dev.inject(0, RelRpc::FILL.opcode, (1 << lanes) - 1, &frames);
+    while !dev.owned(0) {
+        std::hint::spin_loop();
+    }
+    for l in 0..lanes {
+        let mut b = Buffer::default();
+        b.data[0] = addr(l);
+        dev.write(0, l, &b);
+    }
+    dev.flip(0);
+    while !dev.owned(0) {
+        std::hint::spin_loop();
+    }
+    (0..lanes).map(|l| dev.status(0, l)).collect()
+}
+
 /// Out-buffers go to the device while the call's later lanes still run:
 /// side-by-side out-buffers of lanes whose methods are done are sent in one
 /// copy once they hold 256 KiB (`EARLY_BYTES`), before the next lane's
@@ -1378,7 +1407,6 @@ fn lent_memory_is_given_back_before_the_reply() {
 /// buffer, as a warp passing slices of one device array does.
 #[test]
 fn out_buffers_go_to_the_device_while_later_lanes_run() {
-    use gpu_rpc::call::len_word;
     use gpu_rpc::cpu::ProcessMemory;
     use gpu_rpc::device_memory::{CopyError, DeviceMemory, EarlyWrites, Lent};
 
@@ -1455,28 +1483,7 @@ fn out_buffers_go_to_the_device_while_later_lanes_run() {
             let (d, stop, server) = (&d, &stop, &server);
             let served = s.spawn(move || d.serve_until(server, 0, 1, stop));
             let _stop = StopOnDrop(stop);
-            let word = RelRpc::FILL.frame_word().pack();
-            let frames: Vec<_> = (0..LANES)
-                .map(|l| {
-                    let mut block = len_word(EACH as u64, true).to_le_bytes().to_vec();
-                    block.push(l as u8); // the seed
-                    (l, frame(word, &block))
-                })
-                .collect();
-            dev.inject(0, RelRpc::FILL.opcode, (1 << LANES) - 1, &frames);
-            while !dev.owned(0) {
-                std::hint::spin_loop();
-            }
-            for l in 0..LANES {
-                let mut b = Buffer::default();
-                b.data[0] = addr(l);
-                dev.write(0, l, &b);
-            }
-            dev.flip(0);
-            while !dev.owned(0) {
-                std::hint::spin_loop();
-            }
-            let statuses: Vec<Status> = (0..LANES).map(|l| dev.status(0, l)).collect();
+            let statuses = direct_fill(&dev, LANES, EACH, addr);
             drop(_stop);
             served.join().unwrap().unwrap();
             statuses
@@ -1527,5 +1534,119 @@ fn out_buffers_go_to_the_device_while_later_lanes_run() {
                 "{what}: lane {l}"
             );
         }
+    }
+}
+
+/// A hand-written dispatch that stores an out-buffer more than once gets
+/// the last store to the device, whether the earlier one went early or
+/// not, and an out-buffer handed out after a store comes zeroed, even in
+/// memory lent as zeros (the store's bytes are no longer the lender's
+/// zeros). Six lanes of 64 KiB: lanes 0..4 go early (256 KiB), 4 and 5
+/// after the call.
+#[test]
+fn the_last_store_of_an_out_buffer_is_what_the_device_gets() {
+    use gpu_rpc::cpu::ProcessMemory;
+    use gpu_rpc::device_memory::{CopyError, DeviceMemory, Lent};
+    use gpu_rpc::server::{MethodInfo, ServerCall, Service};
+
+    /// The process's memory, lending zeroed heap memory that it says is
+    /// zeros ([`Lent::with_zeros`]), with the CPU backend's early writes.
+    struct Zeroed;
+    impl DeviceMemory for Zeroed {
+        fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+            ProcessMemory.read(copies, failed)
+        }
+        fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+            ProcessMemory.write(copies, failed)
+        }
+        fn lend(&self, bytes: usize) -> Option<Lent<'_>> {
+            let raw = Box::into_raw(vec![0u8; bytes].into_boxed_slice());
+            // SAFETY: `raw` came from `Box::into_raw` just above.
+            let ptr = std::ptr::NonNull::new(unsafe { (*raw).as_mut_ptr() })?;
+            // SAFETY: the box is rebuilt once, when the loan ends.
+            let back = Box::new(move |_: &[std::ops::Range<usize>]| drop(unsafe { Box::from_raw(raw) }));
+            let all = std::iter::once(0..bytes).collect();
+            // SAFETY: the bytes are the loan's alone until `back` frees
+            // them, and all zero.
+            Some(unsafe { Lent::with_zeros(ptr, bytes, all, back) })
+        }
+        fn early_writes(&self) -> Option<Box<dyn gpu_rpc::device_memory::EarlyWrites + '_>> {
+            ProcessMemory.early_writes()
+        }
+    }
+
+    const LANES: u32 = 6;
+    const EACH: usize = 64 << 10;
+    static METHODS: [MethodInfo; 1] = [MethodInfo {
+        desc: RelRpc::FILL,
+        path: "Hand::fill",
+        module: "tests",
+    }];
+    /// `fill` by hand: what the out-buffers it was handed held.
+    struct Hand(Arc<Mutex<Vec<(u32, bool)>>>);
+    impl Service for Hand {
+        fn name(&self) -> &'static str {
+            "Hand"
+        }
+        fn methods(&self) -> &'static [MethodInfo] {
+            &METHODS
+        }
+        fn dispatch(&self, _: usize, call: &mut ServerCall<'_>) {
+            call.run(|call, lane| {
+                // A store of the wrong length (kept by the call), then one
+                // of the right length (in the loan): the second wins.
+                call.set_out::<u8>(lane, 0, &[9u8; 10]);
+                call.set_out::<u8>(lane, 0, &vec![lane as u8 + 1; EACH]);
+                Ok(())
+            });
+            let zeros = |b: &[u8]| b.iter().all(|&x| x == 0);
+            // Lane 0 went early: a later store goes after it.
+            call.set_out::<u8>(0, 0, &vec![0xee; EACH]);
+            // Lane 1 went early: its out-buffer comes zeroed, elsewhere.
+            let mut b = call.out_buffer::<u8>(1, 0).unwrap();
+            self.0.lock().unwrap().push((1, zeros(&b)));
+            b.fill(0xdd);
+            call.set_out::<u8>(1, 0, &b);
+            drop(b);
+            // Lane 5 did not: its place comes zeroed although the loan said
+            // zeros there and the store wrote sixes.
+            let mut b = call.out_buffer::<u8>(5, 0).unwrap();
+            self.0.lock().unwrap().push((5, zeros(&b)));
+            b.fill(0xcc);
+            call.set_out::<u8>(5, 0, &b);
+        }
+    }
+
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut d = Dispatcher::new(ServerConfig {
+        log_errors: false,
+        ..ServerConfig::default()
+    });
+    d.add(Hand(Arc::clone(&seen))).unwrap();
+    let region = CpuRegion::new(Layout::new(1, LANES).unwrap());
+    let dev = raw_device(&region);
+    let stop = AtomicBool::new(false);
+    let server = region.server().with_memory(&Zeroed);
+    let mut out = vec![0u8; LANES as usize * EACH];
+    let base = out.as_mut_ptr() as u64;
+    let statuses = std::thread::scope(|s| {
+        let (d, stop, server) = (&d, &stop, &server);
+        let served = s.spawn(move || d.serve_until(server, 0, 1, stop));
+        let _stop = StopOnDrop(stop);
+        let statuses = direct_fill(&dev, LANES, EACH, |l| base + (l as usize * EACH) as u64);
+        drop(_stop);
+        served.join().unwrap().unwrap();
+        statuses
+    });
+    assert_eq!(d.errors(), []);
+    assert_eq!(statuses, [Status::Ok; LANES as usize]);
+    assert_eq!(*seen.lock().unwrap(), [(1, true), (5, true)], "handed out zeroed");
+    for (l, want) in [0xee, 0xdd, 3, 4, 5, 0xcc].into_iter().enumerate() {
+        let lane = &out[l * EACH..][..EACH];
+        assert!(
+            lane.iter().all(|&b| b == want),
+            "lane {l}: {:?}, want {want}",
+            &lane[..4]
+        );
     }
 }

@@ -165,6 +165,8 @@ struct EarlyCopies<'c> {
     stream: Option<OwnedStream>,
     /// Copies were queued since the last wait.
     queued: bool,
+    /// A wait failed: the stream is not given back for reuse.
+    broken: bool,
 }
 
 impl EarlyWrites for EarlyCopies<'_> {
@@ -202,11 +204,13 @@ impl EarlyWrites for EarlyCopies<'_> {
     }
 
     fn finish(&mut self) -> Result<(), CopyError> {
-        match (&self.stream, std::mem::take(&mut self.queued)) {
+        let waited = match (&self.stream, std::mem::take(&mut self.queued)) {
             // SAFETY: the stream is this queue's, alive.
             (Some(s), true) => call("cuStreamSynchronize", || unsafe { result::stream::synchronize(s.0) }),
             _ => Ok(()),
-        }
+        };
+        self.broken |= waited.is_err();
+        waited
     }
 }
 
@@ -214,7 +218,7 @@ impl Drop for EarlyCopies<'_> {
     fn drop(&mut self) {
         // The lent memory goes back after this: no copy may still read it.
         let waited = self.finish();
-        if let (Some(s), Ok(())) = (self.stream.take(), waited) {
+        if let (Some(s), Ok(()), false) = (self.stream.take(), waited, self.broken) {
             self.copies.lock().early_streams.push(s);
         }
     }
@@ -739,6 +743,7 @@ impl DeviceMemory for CudaCopies {
             copies: self,
             stream: None,
             queued: false,
+            broken: false,
         }))
     }
 

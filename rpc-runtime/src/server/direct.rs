@@ -178,16 +178,26 @@ impl<'m> Loan<'m> {
     pub(super) fn take_out<T>(&self, lane: u32, index: usize, count: usize) -> Option<&mut [T]> {
         let s = self.slot(lane, index)?;
         let p = self.ptr(s);
+        // (Not once sent: a copy to the device may still be reading it.)
         if s.taken.get()
+            || s.sent.get()
             || s.len != count * core::mem::size_of::<T>()
             || !(p as usize).is_multiple_of(core::mem::align_of::<T>())
         {
             return None;
         }
         s.taken.set(true);
-        // Zeros where the lender did not lend zeros (its cleaner zeroed
-        // earlier calls' out-buffers off their way).
-        self.zero(s.at, s.len);
+        if s.filled.get() {
+            // An earlier store copied bytes here: none of the lender's
+            // zeros are left.
+            // SAFETY: the slot's bytes, in the loan, which nothing else
+            // borrows (never handed out before: `taken` was false).
+            unsafe { core::ptr::write_bytes(p, 0, s.len) };
+        } else {
+            // Zeros where the lender did not lend zeros (its cleaner zeroed
+            // earlier calls' out-buffers off their way).
+            self.zero(s.at, s.len);
+        }
         // SAFETY: the slot's `len` bytes are in the loan, which outlives the
         // borrow of the call the place is tied to; it is handed out once
         // (`taken`), and nothing else touches it until the host method is
@@ -215,6 +225,16 @@ impl<'m> Loan<'m> {
         unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), p, s.len) };
         s.filled.set(true);
         true
+    }
+
+    /// Out-buffer `index` of `lane` was stored elsewhere after an earlier
+    /// store here: the loan's bytes are not the last store any more (unless
+    /// they were sent already; then `copy_out` sends the later bytes after
+    /// them).
+    pub(super) fn forget(&self, lane: u32, index: usize) {
+        if let Some(s) = self.slot(lane, index).filter(|s| !s.sent.get()) {
+            s.filled.set(false);
+        }
     }
 
     /// Lane `lane`'s host method is done: its out-buffers are final and

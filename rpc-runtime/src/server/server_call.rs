@@ -352,10 +352,19 @@ impl ServerCall<'_> {
         self.touch(lane);
         // A direct out-buffer with a place in the call's loan goes there
         // (or is there already: the host method wrote its `OutBuffer`).
-        if let (Some(loan), Some(raw)) = (self.loan.as_ref(), T::slice_as_bytes(data)) {
-            if loan.store_out(lane, self.n_in + j, raw) {
+        // The last store is what the device gets: one in the loan undoes
+        // any earlier one elsewhere, and the other way round.
+        if let Some(loan) = self.loan.as_ref() {
+            if T::slice_as_bytes(data).is_some_and(|raw| loan.store_out(lane, self.n_in + j, raw)) {
+                if let Some(v) = self.outs.borrow_mut()[lane as usize].get_mut(j) {
+                    v.clear();
+                }
+                for k in self.kept.borrow_mut().iter_mut().filter(|k| k.lane == lane && k.j == j) {
+                    k.in_place = false;
+                }
                 return;
             }
+            loan.forget(lane, self.n_in + j);
         }
         let direct = self.out_direct(lane, j);
         // A direct out-buffer the method wrote in a kept buffer is stored
