@@ -294,6 +294,12 @@ impl<'m> Loan<'m> {
         }
     }
 
+    /// Send nothing while the call runs: a call without a reply stores no
+    /// out-buffer (`copy_out` runs only before a reply).
+    pub(super) fn send_none_early(&self) {
+        self.early.borrow_mut().asked = true;
+    }
+
     /// Wait for the out-buffers sent while the call ran; the error if any
     /// copy failed (each sent slot is then failed).
     fn finish_early(&self) -> Result<(), CopyError> {

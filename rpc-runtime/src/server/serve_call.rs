@@ -357,6 +357,10 @@ impl Dispatcher {
             );
         }
 
+        if let (Some(l), false) = (&loan, frame.reply) {
+            l.send_none_early();
+        }
+
         // Run the call. A refused call (unknown opcode, signature mismatch)
         // has no return value the client could expect: the reply is packet
         // 0 only.
