@@ -29,6 +29,9 @@ pub(super) struct Arena {
     pub(super) free: Pieces,
     /// The free bytes known to hold zeros (a subset of `free`).
     pub(super) clean: Pieces,
+    /// The free bytes host methods wrote, not zeroed yet: the cleaner's
+    /// work (a subset of `free` and apart from `clean`).
+    pub(super) dirty: Pieces,
     /// Heap memory standing in for the pinned allocation (the cleaner's
     /// unit tests, without a driver).
     #[cfg(test)]
@@ -55,6 +58,7 @@ impl Arena {
             // Pinned memory comes with whatever it held: nothing is known
             // to be zero until the cleaner zeroes it.
             clean: Pieces::new(0),
+            dirty: Pieces::new(0),
             #[cfg(test)]
             heap: None,
         })
@@ -68,6 +72,7 @@ impl Arena {
             host: NonNull::new(heap.as_mut_ptr()).expect("a vector's pointer is not null"),
             free: Pieces::new(len),
             clean: Pieces::new(0),
+            dirty: Pieces::new(0),
             heap: Some(heap),
         }
     }
@@ -180,6 +185,11 @@ impl Pieces {
             .iter()
             .filter(move |&&(s, e)| s < end && at < e)
             .map(move |&(s, e)| (s.max(at), e.min(end)))
+    }
+
+    /// The first range of the set, if it holds any bytes.
+    pub(super) fn first(&self) -> Option<(usize, usize)> {
+        self.free.first().copied()
     }
 
     /// Bytes free in all.

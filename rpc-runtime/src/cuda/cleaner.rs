@@ -13,27 +13,25 @@
 //! are zeroed leave the list: the server zeroes what it needs of them
 //! itself, as it does for memory lent without zeros.
 //!
-//! The invariant, under the pool's lock, per arena: `clean ⊆ free`, every
-//! dirty range `⊆ free \ clean`, and the chunk being zeroed is in none of
-//! the three.
+//! The invariant, under the pool's lock, per arena: `clean ⊆ free`,
+//! `dirty ⊆ free \ clean`, and the chunk being zeroed is in none of the
+//! three.
 
 use std::sync::Arc;
 
-use super::copy::Shared;
+use super::copy::{Pool, Shared};
 
 /// Bytes the cleaner zeroes between two looks at the pool.
 pub(super) const CHUNK_BYTES: usize = 1 << 20;
 
-/// The cleaner's work, part of the pool (under its lock).
+/// The cleaner's state, part of the pool (under its lock); its work is
+/// each arena's `dirty` bytes.
 #[derive(Default)]
 pub(super) struct Cleaning {
-    /// Bytes host methods wrote, free now and not zeroed yet: `(arena,
-    /// start, end)`, the arena by its index in the pool (arenas are never
-    /// removed).
-    dirty: Vec<(usize, usize, usize)>,
-    /// The chunk being zeroed now.
-    busy: Option<(usize, usize, usize)>,
-    /// Lenders waiting for `busy` to come back.
+    /// A chunk is out being zeroed (a lender that found no room may wait
+    /// for it).
+    pub(super) busy: bool,
+    /// Lenders waiting for the busy chunk to come back.
     pub(super) waiting: usize,
     /// The copies are being dropped: the thread ends.
     pub(super) stop: bool,
@@ -41,43 +39,13 @@ pub(super) struct Cleaning {
     pub(super) started: bool,
 }
 
-impl Cleaning {
-    /// `[start, end)` of arena `arena` came back written: zero it later.
-    pub(super) fn written(&mut self, arena: usize, start: usize, end: usize) {
-        if start < end {
-            self.dirty.push((arena, start, end));
-        }
-    }
-
-    /// `[start, end)` of arena `arena` is lent again: nothing of it is for
-    /// the cleaner any more.
-    pub(super) fn lent(&mut self, arena: usize, start: usize, end: usize) {
-        let mut kept = Vec::with_capacity(self.dirty.len() + 1);
-        for &(a, s, e) in &self.dirty {
-            if a != arena || e <= start || end <= s {
-                kept.push((a, s, e));
-                continue;
-            }
-            if s < start {
-                kept.push((a, s, start));
-            }
-            if end < e {
-                kept.push((a, end, e));
-            }
-        }
-        self.dirty = kept;
-    }
-
-    /// Whether a chunk is out being zeroed (a lender that found no room may
-    /// wait for it).
-    pub(super) fn busy(&self) -> bool {
-        self.busy.is_some()
-    }
-
-    /// Whether there is work to do.
-    pub(super) fn pending(&self) -> bool {
-        !self.dirty.is_empty()
-    }
+/// The first dirty range of the first arena that has one: `(arena, start,
+/// end)`.
+pub(super) fn next_dirty(pool: &Pool) -> Option<(usize, usize, usize)> {
+    pool.arenas
+        .iter()
+        .enumerate()
+        .find_map(|(a, arena)| arena.dirty.first().map(|(s, e)| (a, s, e)))
 }
 
 /// The cleaner thread's loop, until the copies are dropped.
@@ -87,26 +55,22 @@ pub(super) fn run(shared: Arc<Shared>) {
         if pool.cleaning.stop {
             return;
         }
-        if pool.cleaning.waiting > 0 || pool.cleaning.dirty.is_empty() {
+        let next = next_dirty(&pool).filter(|_| pool.cleaning.waiting == 0);
+        let Some((a, start, end)) = next else {
             pool = shared.work.wait(pool).unwrap_or_else(|e| e.into_inner());
             continue;
-        }
-        // The oldest range first, a chunk of it at a time.
-        let (a, start, end) = pool.cleaning.dirty[0];
+        };
+        // A chunk at a time.
         let stop = end.min(start + CHUNK_BYTES);
-        if stop == end {
-            pool.cleaning.dirty.remove(0);
-        } else {
-            pool.cleaning.dirty[0].1 = stop;
-        }
         let arena = &mut pool.arenas[a];
+        arena.dirty.remove(start, stop - start);
         let taken = arena.free.remove(start, stop - start);
         debug_assert_eq!(taken, stop - start, "a dirty range is free");
         if taken != stop - start {
             continue;
         }
         let host = arena.host;
-        pool.cleaning.busy = Some((a, start, stop));
+        pool.cleaning.busy = true;
         drop(pool);
         // SAFETY: `[start, stop)` lies in the arena's pinned allocation
         // (ranges come from its loans), which lives as long as the pool;
@@ -117,7 +81,7 @@ pub(super) fn run(shared: Arc<Shared>) {
         let arena = &mut pool.arenas[a];
         arena.free.give(start, stop - start);
         arena.clean.give(start, stop - start);
-        pool.cleaning.busy = None;
+        pool.cleaning.busy = false;
         pool.stats.cleaned_bytes += (stop - start) as u64;
         // Lenders (and threads waiting for a stage) look again.
         shared.freed.notify_all();
@@ -139,7 +103,7 @@ mod tests {
         loop {
             {
                 let pool = shared.lock();
-                if !pool.cleaning.pending() && !pool.cleaning.busy() {
+                if next_dirty(&pool).is_none() && !pool.cleaning.busy {
                     return;
                 }
             }
@@ -161,13 +125,13 @@ mod tests {
         let (b0, b1) = (5 << 20, 7 << 20);
         {
             let mut pool = shared.lock();
-            pool.cleaning.written(0, a0, a1);
-            pool.cleaning.written(0, b0, b1);
+            pool.arenas[0].dirty.give(a0, a1 - a0);
+            pool.arenas[0].dirty.give(b0, b1 - b0);
             // The middle MiB of the second range is lent again (taken out of
-            // the free bytes as a loan is) before any cleaning.
+            // the free and dirty bytes as a loan is) before any cleaning.
             let lent = pool.arenas[0].free.remove(6 << 20, 1 << 20);
             assert_eq!(lent, 1 << 20);
-            pool.cleaning.lent(0, 6 << 20, 7 << 20);
+            pool.arenas[0].dirty.remove(6 << 20, 1 << 20);
         }
         let thread = {
             let shared = Arc::clone(&shared);
@@ -203,7 +167,7 @@ mod tests {
         {
             let mut pool = shared.lock();
             pool.cleaning.waiting = 1;
-            pool.cleaning.written(0, 0, 2 << 20);
+            pool.arenas[0].dirty.give(0, 2 << 20);
         }
         let thread = {
             let shared = Arc::clone(&shared);

@@ -441,7 +441,7 @@ impl CudaCopies {
 
     /// Start the cleaner thread, once, if a loan came back written.
     fn start_cleaner(&self, pool: &mut Pool) {
-        if pool.cleaning.started || !pool.cleaning.pending() {
+        if pool.cleaning.started || cleaner::next_dirty(pool).is_none() {
             return;
         }
         pool.cleaning.started = true;
@@ -784,7 +784,7 @@ impl DeviceMemory for CudaCopies {
             // for this server.)
             let size = need.next_multiple_of(1 << 20);
             if pool.bytes() + size > self.limit {
-                if pool.cleaning.busy() {
+                if pool.cleaning.busy {
                     pool.cleaning.waiting += 1;
                     pool = self.shared.freed.wait(pool).unwrap_or_else(|e| e.into_inner());
                     pool.cleaning.waiting -= 1;
@@ -824,8 +824,8 @@ impl DeviceMemory for CudaCopies {
         let arena = &mut pool.arenas[a];
         let zeroed: Vec<_> = arena.clean.overlaps(at, need).map(|(s, e)| s - at..e - at).collect();
         arena.clean.remove(at, need);
+        arena.dirty.remove(at, need);
         let host = arena.host;
-        pool.cleaning.lent(a, at, at + need);
         pool.stats.lent_zeroed_bytes += zeroed.iter().map(|r| r.len() as u64).sum::<u64>();
         // SAFETY: pointer arithmetic only: `at + need` is within the arena.
         let ptr = unsafe { NonNull::new_unchecked(host.as_ptr().add(at)) };
@@ -836,10 +836,11 @@ impl DeviceMemory for CudaCopies {
         let back = Box::new(move |written: &[std::ops::Range<usize>]| {
             let mut pool = self.lock();
             pool.lent.retain(|&(a, _)| a != start);
-            pool.arenas[a].free.give(at, need);
+            let arena = &mut pool.arenas[a];
+            arena.free.give(at, need);
             // What host methods wrote, for the cleaner to zero.
-            for w in written {
-                pool.cleaning.written(a, at + w.start, at + w.end.min(need));
+            for w in written.iter().filter(|w| w.start < w.end.min(need)) {
+                arena.dirty.give(at + w.start, w.end.min(need) - w.start);
             }
             self.start_cleaner(&mut pool);
             drop(pool);

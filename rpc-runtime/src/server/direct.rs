@@ -53,6 +53,12 @@ fn slice_bytes(block: &[u8], n_in: usize, out_sizes: &[u32], index: usize) -> us
     }
 }
 
+/// The message of a lane whose out-buffer `j`, `bytes` long, could not be
+/// stored at device address `at`.
+fn copy_failed(j: usize, bytes: usize, at: u64, e: CopyError) -> String {
+    format!("out-buffer {j}: the direct copy of {bytes} bytes to {at:#x} failed: {e}")
+}
+
 /// Refuse one lane: `(lane, status, argument index, message)`.
 pub(super) type Refuse<'r> = dyn FnMut(u32, Status, u32, String) + 'r;
 
@@ -65,7 +71,7 @@ pub(super) type Refuse<'r> = dyn FnMut(u32, Status, u32, String) + 'r;
 /// runs ([`lane_done`](Self::lane_done)), so the bus carries lane `i`'s
 /// while lane `i + 1`'s host method writes its own.
 pub(super) struct Loan<'m> {
-    /// The out-buffers sent while the call runs. Declared before `_lent`:
+    /// The out-buffers sent while the call runs. Declared before `lent`:
     /// dropped first, so every copy reading the loan is complete (a
     /// queue waits for its copies when dropped) before the memory goes back.
     early: core::cell::RefCell<Early<'m>>,
@@ -545,13 +551,10 @@ impl Dispatcher {
             let at = address(addrs, lane, n_in + j);
             let later = outs[lane as usize].get(j).map(Vec::as_slice).unwrap_or_default();
             let sent = call.loan.as_ref().is_some_and(|loan| loan.was_sent(lane, n_in + j));
+            let want = slice_bytes(call.blocks.get(lane), n_in, desc.out_elem_sizes, n_in + j);
             if sent && later.is_empty() {
                 if let Err(e) = early {
-                    let want = slice_bytes(call.blocks.get(lane), n_in, desc.out_elem_sizes, n_in + j);
-                    failed.push((
-                        k,
-                        format!("out-buffer {j}: the direct copy of {want} bytes to {at:#x} failed: {e}"),
-                    ));
+                    failed.push((k, copy_failed(j, want, at, e)));
                 }
                 continue;
             }
@@ -559,7 +562,6 @@ impl Dispatcher {
                 Some(b) if !sent => b,
                 _ => later,
             };
-            let want = slice_bytes(call.blocks.get(lane), n_in, desc.out_elem_sizes, n_in + j);
             if data.len() == want {
                 copies.push((at, data));
                 which.push(k);
@@ -574,13 +576,8 @@ impl Dispatcher {
         // (Nothing left when every out-buffer went while the call ran.)
         if !copies.is_empty() {
             memory.write(&copies, &mut |c, e| {
-                let (at, data) = (copies[c].0, copies[c].1.len());
                 let k = which[c];
-                let j = wanted[k].1;
-                failed.push((
-                    k,
-                    format!("out-buffer {j}: the direct copy of {data} bytes to {at:#x} failed: {e}"),
-                ));
+                failed.push((k, copy_failed(wanted[k].1, copies[c].1.len(), copies[c].0, e)));
             });
         }
         for (k, message) in failed {
