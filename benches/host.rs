@@ -341,6 +341,17 @@ fn large(input: bool, len: usize, keep: usize, calls: u32) -> (f64, f64, f64) {
     stats(&mut rates)
 }
 
+/// The cost of one `Instant::now()`: a few ns where the OS reads the CPU's
+/// time-stamp counter in user space, hundreds where it cannot.
+fn clock_read_ns() -> f64 {
+    let n = 1_000_000;
+    let t = Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(Instant::now());
+    }
+    t.elapsed().as_nanos() as f64 / n as f64
+}
+
 fn stats(v: &mut [f64]) -> (f64, f64, f64) {
     v.sort_by(f64::total_cmp);
     (v[v.len() / 2], v[0], v[v.len() - 1])
@@ -361,6 +372,12 @@ fn main() {
     let reps = if quick { 20 } else { 400 };
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     println!("Host cost per warp-call, synthetic device, {cores} cores, {reps} polls per row\n");
+    println!(
+        "A clock read (`Instant::now`, what the metrics pay per call): {:.1} ns; the OS's clock source: {}\n",
+        clock_read_ns(),
+        std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+            .map_or("unknown".to_string(), |s| s.trim().to_string())
+    );
     println!("| workload | lanes | ports | metrics | ns per warp-call, median [min, max] | ns per lane |");
     println!("|---|---:|---:|---|---:|---:|");
     for (w, lanes, ports, metrics) in [
