@@ -60,11 +60,25 @@ if [ -x "$dir/gpu-run" ]; then
   step "gpu-run reading a host file from the kernel (first line of the PTX itself), then a missing one"
   expect 0 "$dir/gpu-run" --kernel file_demo_kernel "$dir/kernels.ptx" "$dir/kernels.ptx"
   expect 0 "$dir/gpu-run" --kernel file_demo_kernel "$dir/kernels.ptx" /nonexistent/file
+  # One host thread writing 1 GiB from memory already filled, 32 MiB per
+  # write() as gpu-run's file_bulk_kernel hands the host per call: what one
+  # writer to one file gets on this file system, without a GPU.
+  host_write() {
+    python3 -c 'import os, sys, time
+b = bytes([7]) * (32 << 20)
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+t = time.perf_counter()
+for _ in range(32):
+    os.write(fd, b)
+os.close(fd)
+print("one host thread, write() of 32 MiB x 32 from memory: %.2f GB/s" % ((1 << 30) / (time.perf_counter() - t) / 1e9))' "$1" || true
+  }
   step "gpu-run: one warp writes 1 GiB to a host file in 1 MiB slices and reads it back, every word checked (exit code 0); then the host alone writing 1 GiB (dd, same file system) for comparison"
   bulk=$(mktemp -d /tmp/gpu-run-bulk.XXXXXX)
   expect 0 "$dir/gpu-run" --threads 32 --allow-write "$bulk" --allow-read "$bulk" --kernel file_bulk_kernel "$dir/kernels.ptx" "$bulk/file.bin"
   ls -l "$bulk/file.bin"
   dd if=/dev/zero of="$bulk/dd.bin" bs=64M count=16 2>&1 | tail -1
+  host_write "$bulk/host.bin"
   rm -rf "$bulk"
   # The same in memory (tmpfs), where the file system is not the limit.
   free_kib=$(df -k --output=avail /dev/shm 2>/dev/null | tail -1)
@@ -75,6 +89,8 @@ if [ -x "$dir/gpu-run" ]; then
     ls -l "$bulk/file.bin"
     rm -f "$bulk/file.bin"
     dd if=/dev/zero of="$bulk/dd.bin" bs=64M count=16 2>&1 | tail -1
+    rm -f "$bulk/dd.bin"
+    host_write "$bulk/host.bin"
     rm -rf "$bulk"
   else
     echo "skipped: /dev/shm has less than 3 GB free (or is missing): the 1 GiB file in memory"

@@ -1,10 +1,11 @@
 //! Per-method metrics of a [`Dispatcher`](crate::server::Dispatcher): calls,
 //! lanes, lanes by status, bytes in and out, and a histogram of the host's
-//! time per call. Kept with relaxed atomic counters (a server thread adds
-//! the calls it served in one pass over the ports in one go; no lock, no
-//! allocation), so they stay on; read them with
-//! [`Dispatcher::metrics`](crate::server::Dispatcher::metrics).
+//! time per call, from a sample of the calls ([`LATENCY_SAMPLE`]). Kept with
+//! relaxed atomic counters (a server thread adds the calls it served in one
+//! pass over the ports in one go; no lock, no allocation), so they stay on;
+//! read them with [`Dispatcher::metrics`](crate::server::Dispatcher::metrics).
 
+use std::cell::Cell;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -27,6 +28,42 @@ const STATUSES: [Status; 9] = [
 /// Buckets of the latency histogram: bucket `k` counts calls that took less
 /// than `2^k` µs (the first, under 1 µs; the last, everything longer).
 pub const LATENCY_BUCKETS: usize = 24;
+
+/// A server thread times its first call, then about one call in this many,
+/// at random gaps: the latency histogram is a sample of the calls (every
+/// other counter counts them all). A clock read costs 20 to 200 ns,
+/// depending on the host's clock source (BENCHMARKS.md, workload 7), a
+/// large part of a warp-call's few hundred; a timed call reads it twice.
+pub const LATENCY_SAMPLE: u32 = 8;
+
+/// Whether the calling server thread times the call it is about to serve
+/// ([`LATENCY_SAMPLE`]).
+pub(crate) fn time_next_call() -> bool {
+    thread_local! {
+        /// Calls to serve untimed before the next timed one, and the
+        /// xorshift state that draws the gaps (0: not seeded yet).
+        static SAMPLER: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
+    }
+    SAMPLER.with(|s| {
+        let (left, mut x) = s.get();
+        if left > 0 {
+            s.set((left - 1, x));
+            return false;
+        }
+        if x == 0 {
+            // A seed that differs between threads: this thread's copy's
+            // address (the bits an allocator's alignment leaves zero are
+            // shifted out).
+            x = ((s as *const Cell<(u32, u32)> as usize >> 4) as u32) | 1;
+        }
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        // Gaps uniform in 0..=2(N-1), of mean N-1: one timed call in N.
+        s.set((x % (2 * LATENCY_SAMPLE - 1), x));
+        true
+    })
+}
 
 fn status_slot(s: Status) -> usize {
     STATUSES.iter().position(|&x| x == s).unwrap_or(STATUSES.len() - 1)
@@ -98,8 +135,8 @@ impl<'c> Tally<'c> {
     }
 
     /// Counts one warp-call of the method whose counters are `into`, which
-    /// took the host `took`.
-    pub(crate) fn add(&mut self, into: &'c Counters, r: &CallRecord, took: Duration) {
+    /// took the host `took` if it was timed.
+    pub(crate) fn add(&mut self, into: &'c Counters, r: &CallRecord, took: Option<Duration>) {
         self.start(into);
         self.calls += 1;
         for (c, &n) in self.by_status.iter_mut().zip(&r.by_status) {
@@ -108,13 +145,15 @@ impl<'c> Tally<'c> {
         }
         self.bytes_in += r.bytes_in;
         self.bytes_out += r.bytes_out;
-        let micros = took.as_micros();
-        let bucket = if micros == 0 {
-            0
-        } else {
-            ((u128::BITS - micros.leading_zeros()) as usize).min(LATENCY_BUCKETS - 1)
-        };
-        self.latency[bucket] += 1;
+        if let Some(took) = took {
+            let micros = took.as_micros();
+            let bucket = if micros == 0 {
+                0
+            } else {
+                ((u128::BITS - micros.leading_zeros()) as usize).min(LATENCY_BUCKETS - 1)
+            };
+            self.latency[bucket] += 1;
+        }
         if self.calls >= TALLY_CALLS {
             self.flush();
         }
@@ -223,10 +262,11 @@ pub struct MethodMetrics {
     /// Bytes the host answered with: return values and out-buffers.
     pub bytes_out: u64,
     /// Host time per call (from finding the call to handing the port back;
-    /// a call found right after another, in the same pass over the ports,
-    /// from the end of that one: the scan between, well under 1 µs, saves a
-    /// clock read), bucket `k` counting calls under `2^k` µs
-    /// ([`LATENCY_BUCKETS`]).
+    /// a call found right after a timed one, in the same pass over the
+    /// ports, from the end of that one: the scan between, well under 1 µs,
+    /// saves a clock read), bucket `k` counting the timed calls under
+    /// `2^k` µs ([`LATENCY_BUCKETS`]): a sample of about one call in
+    /// [`LATENCY_SAMPLE`], so its total is about `calls / LATENCY_SAMPLE`.
     pub latency: [u64; LATENCY_BUCKETS],
 }
 
@@ -241,7 +281,7 @@ impl MethodMetrics {
     }
 
     /// An upper bound of the `q` quantile (0..=1) of the host time per call
-    /// (a bucket's upper edge); `None` before any call.
+    /// (a bucket's upper edge), over the timed calls; `None` before any.
     pub fn latency_quantile(&self, q: f64) -> Option<Duration> {
         let total: u64 = self.latency.iter().sum();
         if total == 0 {
@@ -312,6 +352,32 @@ pub fn to_json_line(metrics: &[MethodMetrics]) -> String {
 mod tests {
     use super::*;
 
+    /// A thread times its first call, then one in `LATENCY_SAMPLE` on
+    /// average, never leaving more than `2 (LATENCY_SAMPLE - 1)` untimed in
+    /// a row.
+    #[test]
+    fn a_thread_times_its_first_call_then_one_in_eight() {
+        std::thread::spawn(|| {
+            assert!(time_next_call());
+            let n = 80_000;
+            let (mut timed, mut gap, mut widest) = (0u32, 0u32, 0u32);
+            for _ in 0..n {
+                if time_next_call() {
+                    timed += 1;
+                    widest = widest.max(gap);
+                    gap = 0;
+                } else {
+                    gap += 1;
+                }
+            }
+            let expect = n / LATENCY_SAMPLE;
+            assert!(timed.abs_diff(expect) < expect / 10, "{timed} of {n} timed");
+            assert_eq!(widest, 2 * (LATENCY_SAMPLE - 1));
+        })
+        .join()
+        .unwrap();
+    }
+
     fn record(ok: u32, bad: u32, bytes: u64) -> CallRecord {
         let mut r = CallRecord::default();
         r.by_status[status_slot(Status::Ok)] = ok;
@@ -325,11 +391,11 @@ mod tests {
     fn a_tally_adds_when_the_method_changes_and_when_dropped() {
         let (a, b) = (Counters::default(), Counters::default());
         let mut t = Tally::default();
-        t.add(&a, &record(32, 0, 8), Duration::from_nanos(500));
-        t.add(&a, &record(30, 2, 8), Duration::from_micros(3));
+        t.add(&a, &record(32, 0, 8), Some(Duration::from_nanos(500)));
+        t.add(&a, &record(30, 2, 8), Some(Duration::from_micros(3)));
         // Nothing reaches the shared counters until the method changes.
         assert_eq!(a.snapshot("a", 1).calls, 0);
-        t.add(&b, &record(1, 0, 16), Duration::from_secs(1000));
+        t.add(&b, &record(1, 0, 16), Some(Duration::from_secs(1000)));
         let sa = a.snapshot("a", 1);
         assert_eq!((sa.calls, sa.lanes, sa.bytes_in, sa.bytes_out), (2, 64, 16, 32));
         assert_eq!(sa.by_status, vec![(Status::Ok, 62), (Status::TooLarge, 2)]);
@@ -352,18 +418,18 @@ mod tests {
     fn a_tally_adds_before_another_method_is_served_and_after_a_bounded_number_of_calls() {
         let (a, b) = (Counters::default(), Counters::default());
         let mut t = Tally::default();
-        t.add(&a, &record(32, 0, 8), Duration::ZERO);
+        t.add(&a, &record(32, 0, 8), Some(Duration::ZERO));
         t.start(&b);
         assert_eq!(a.snapshot("a", 1).calls, 1, "counted before b's handler runs");
         for _ in 0..TALLY_CALLS {
-            t.add(&b, &record(1, 0, 0), Duration::ZERO);
+            t.add(&b, &record(1, 0, 0), Some(Duration::ZERO));
         }
         assert_eq!(
             b.snapshot("b", 2).calls,
             TALLY_CALLS,
             "never more than TALLY_CALLS behind"
         );
-        t.add(&b, &record(1, 0, 0), Duration::ZERO);
+        t.add(&b, &record(1, 0, 0), Some(Duration::ZERO));
         assert_eq!(b.snapshot("b", 2).calls, TALLY_CALLS);
         drop(t);
         assert_eq!(b.snapshot("b", 2).calls, TALLY_CALLS + 1);

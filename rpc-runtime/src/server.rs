@@ -38,7 +38,7 @@ use std::time::Instant;
 
 use crate::call::{self, CallDesc, FrameWord, Status, FRAME_VERSION, MAX_IN_STREAMS, MAX_OUT_STREAMS};
 use crate::device_memory::DeviceMemory;
-use crate::metrics::{CallRecord, Counters, MethodMetrics, Tally};
+use crate::metrics::{time_next_call, CallRecord, Counters, MethodMetrics, Tally};
 use crate::protocol::{opcodes, Abandoned, Fresh, Port, Server, ServerSide, BUFFER_BYTES, MAX_LANES};
 use crate::wire::Wire;
 

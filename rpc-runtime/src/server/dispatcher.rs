@@ -20,10 +20,11 @@ pub struct Dispatcher {
     pub(super) unknown: Counters,
 }
 
-/// A call that [`Dispatcher::poll`] finds at most this many ports after the
-/// last one it served is timed from that call's end (the scan between costs
-/// about half a nanosecond a port, well inside the latency histogram's
-/// first bucket of 1 µs): one clock read per call instead of two.
+/// A timed call that [`Dispatcher::poll`] finds at most this many ports
+/// after the last one it served, itself timed, is timed from that call's
+/// end (the scan between costs about half a nanosecond a port, well inside
+/// the latency histogram's first bucket of 1 µs): one clock read instead of
+/// two.
 const CHAIN_CLOCK_PORTS: u32 = 64;
 
 /// Where the calls of one opcode go, and what they have cost so far.
@@ -301,10 +302,11 @@ impl Dispatcher {
         r
     }
 
-    /// [`serve_port`](Self::serve_port) whose metrics time the call from
-    /// `started` (the end of the call served just before, when there was
-    /// one) instead of reading the clock, and counts it in `tally`; returns
-    /// when it ended (with the metrics on).
+    /// [`serve_port`](Self::serve_port) whose metrics, if they time this
+    /// call ([`LATENCY_SAMPLE`](crate::metrics::LATENCY_SAMPLE)), time it
+    /// from `started` (the end of the timed call served just before, when
+    /// there was one) instead of reading the clock, and count it in `tally`;
+    /// returns when it ended (if it was timed).
     fn serve_port_from<'d>(
         &'d self,
         port: Port<'_, '_, ServerSide, Fresh>,
@@ -319,9 +321,10 @@ impl Dispatcher {
         let method = route
             .and_then(|r| r.method)
             .map(|(s, m)| (s, m, &self.services[s].methods()[m]));
-        let started = self.config.metrics.then(|| started.unwrap_or_else(Instant::now));
+        let metrics = self.config.metrics;
+        let started = (metrics && time_next_call()).then(|| started.unwrap_or_else(Instant::now));
         let counters = route.map_or(&self.unknown, |r| &r.counters);
-        if started.is_some() {
+        if metrics {
             tally.start(counters);
         }
         #[cfg(feature = "tracing")]
@@ -340,10 +343,10 @@ impl Dispatcher {
             r
         });
         let mut ended = None;
-        if let (Ok(()), Some(started)) = (&r, started) {
-            let end = Instant::now();
-            tally.add(counters, &record, end.saturating_duration_since(started));
-            ended = Some(end);
+        if r.is_ok() && metrics {
+            ended = started.map(|_| Instant::now());
+            let took = started.zip(ended).map(|(s, e)| e.saturating_duration_since(s));
+            tally.add(counters, &record, took);
         }
         if let Err(a) = r {
             self.record(ServerError {

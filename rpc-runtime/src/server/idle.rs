@@ -180,6 +180,8 @@ pub struct IdleBackoff {
     last_work: Option<Instant>,
     /// Empty passes spun since the clock was last read ([`after_pass`]).
     unclocked_spins: u32,
+    /// The last empty pass ended in a sleep (cleared by serving).
+    slept: bool,
     next_sleep: Duration,
     /// `max_sleep`, or `OTHERS_SLEEP_FACTOR` times it for a thread but the
     /// first.
@@ -219,6 +221,7 @@ impl IdleBackoff {
             policy,
             last_work: Some(now),
             unclocked_spins: 0,
+            slept: false,
             next_sleep: policy.first_sleep.min(longest),
             longest,
         }
@@ -231,6 +234,7 @@ impl IdleBackoff {
     pub fn served(&mut self) {
         self.last_work = None;
         self.unclocked_spins = 0;
+        self.slept = false;
         self.next_sleep = self.policy.first_sleep.min(self.longest);
     }
 
@@ -242,7 +246,28 @@ impl IdleBackoff {
         }
         let d = self.next_sleep;
         self.next_sleep = d.saturating_mul(2).min(self.longest).max(d);
+        self.slept = !d.is_zero();
         Wait::Sleep(d)
+    }
+
+    /// Whether the thread slept after its last pass (it has had nothing to
+    /// serve for longer than the spin) rather than spun.
+    ///
+    /// ```
+    /// # use rpc_runtime as gpu_rpc;
+    /// use std::time::{Duration, Instant};
+    /// use gpu_rpc::server::{IdleBackoff, IdlePolicy};
+    /// let t0 = Instant::now();
+    /// let mut b = IdleBackoff::new(IdlePolicy::default(), 0, t0);
+    /// b.after_empty_pass(t0);
+    /// assert!(!b.slept());
+    /// b.after_empty_pass(t0 + Duration::from_millis(5));
+    /// assert!(b.slept());
+    /// b.served();
+    /// assert!(!b.slept());
+    /// ```
+    pub fn slept(&self) -> bool {
+        self.slept
     }
 }
 

@@ -33,7 +33,8 @@ pub(crate) const STEAL_EVERY_PASSES: u32 = 8;
 /// devices, or several launches on one): each pass serves every region still
 /// running, this thread's share of its ports first (dealt in chunks of
 /// consecutive ports, round-robin: `Deal`), then, when its share had
-/// nothing pending, the other threads' shares, or, every
+/// nothing pending, one other thread's share in turn (every other share
+/// right after a sleep), or, every
 /// `STEAL_EVERY_PASSES` (8) passes, one other thread's share in turn. A
 /// region leaves the pool
 /// when its kernel is over and a pass finds nothing pending, or when a wait
@@ -77,7 +78,7 @@ pub fn serve_pool(regions: &[Served<'_, '_>], thread: u32, threads: u32, idle: &
             let finished = r.done.load(Ordering::Acquire);
             let pass = (|| {
                 let mut n = r.dispatcher.poll_ranges(r.server, deal.own(thread))?;
-                match looks_at_others(threads, n, passes) {
+                match looks_at_others(threads, n, passes, backoff.slept()) {
                     Others::None => {}
                     Others::All => n += r.dispatcher.poll_ranges(r.server, deal.others(thread))?,
                     Others::One(d) => n += r.dispatcher.poll_ranges(r.server, deal.own((thread + d) % threads))?,
@@ -159,12 +160,21 @@ enum Others {
 
 /// Which other threads' shares pass `pass` of one of `threads` server
 /// threads, which served `own` calls in its own share, goes on to (see
-/// `STEAL_EVERY_PASSES`).
-fn looks_at_others(threads: u32, own: usize, pass: u32) -> Others {
+/// `STEAL_EVERY_PASSES`). A thread that has just woken from a sleep
+/// (`woke`) looks at every port: the pool's first thread wakes most often
+/// and rings the others awake, so that the first call after a silence
+/// waits for one of its sleeps, wherever it is. A spinning thread whose
+/// own share was empty looks at one other share per pass, in turn: looking
+/// at all of them on every such pass costs a cache miss on every mailbox
+/// line the GPU wrote in them, for calls their owners mostly serve a moment
+/// later (BENCHMARKS.md, workload 2, has the A/B).
+fn looks_at_others(threads: u32, own: usize, pass: u32, woke: bool) -> Others {
     if threads <= 1 {
         Others::None
-    } else if own == 0 {
+    } else if own == 0 && woke {
         Others::All
+    } else if own == 0 {
+        Others::One(1 + pass % (threads - 1))
     } else if pass.is_multiple_of(STEAL_EVERY_PASSES) {
         Others::One(1 + (pass / STEAL_EVERY_PASSES) % (threads - 1))
     } else {
@@ -176,23 +186,28 @@ fn looks_at_others(threads: u32, own: usize, pass: u32) -> Others {
 mod tests {
     use super::*;
 
-    /// A thread whose share is idle helps all the others on every pass;
-    /// one kept busy by its own share still looks at one other share every
+    /// A thread that woke from a sleep looks at every port; one whose own
+    /// share had nothing, at one other share per pass, in turn; one kept
+    /// busy by its own share still looks at one other share every
     /// `STEAL_EVERY_PASSES` passes, each in turn, so a thread held up in a
     /// slow host method never leaves its ports unserved for long; a lone
     /// thread has no others.
     #[test]
     fn busy_threads_look_at_other_slices_now_and_then() {
-        assert!((0..100).all(|pass| looks_at_others(4, 0, pass) == Others::All));
-        let looks: Vec<Others> = (1..=6 * STEAL_EVERY_PASSES)
-            .map(|pass| looks_at_others(4, 3, pass))
-            .filter(|&o| o != Others::None)
-            .collect();
-        // Six looks: the three others in turn, twice.
         let turn = |d| Others::One(d);
-        assert_eq!(looks, [turn(2), turn(3), turn(1), turn(2), turn(3), turn(1)]);
-        assert!((0..100).all(|pass| looks_at_others(1, 0, pass) == Others::None));
-        assert!((0..100).all(|pass| looks_at_others(1, 5, pass) == Others::None));
+        assert!((0..100).all(|pass| looks_at_others(4, 0, pass, true) == Others::All));
+        let idle: Vec<Others> = (0..6).map(|pass| looks_at_others(4, 0, pass, false)).collect();
+        assert_eq!(idle, [turn(1), turn(2), turn(3), turn(1), turn(2), turn(3)]);
+        for woke in [false, true] {
+            let looks: Vec<Others> = (1..=6 * STEAL_EVERY_PASSES)
+                .map(|pass| looks_at_others(4, 3, pass, woke))
+                .filter(|&o| o != Others::None)
+                .collect();
+            // Six looks: the three others in turn, twice.
+            assert_eq!(looks, [turn(2), turn(3), turn(1), turn(2), turn(3), turn(1)]);
+            assert!((0..100).all(|pass| looks_at_others(1, 0, pass, woke) == Others::None));
+            assert!((0..100).all(|pass| looks_at_others(1, 5, pass, woke) == Others::None));
+        }
     }
 
     fn ports_of(ranges: impl Iterator<Item = core::ops::Range<u32>>) -> Vec<u32> {

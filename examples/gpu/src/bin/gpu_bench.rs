@@ -374,6 +374,7 @@ fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
         v.sort_by(f64::total_cmp);
         (v[v.len() / 2], v[0], v[v.len() - 1])
     };
+    let mut ceilings = Vec::new();
     for &dir in dirs {
         // (lanes, bytes per lane, pinned budget: the default, or one too
         // small to lend the slice, which then goes through the stages into
@@ -387,7 +388,13 @@ fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
             (1, 4 << 20, default),
             (1, 64 << 20, default),
             (1, 64 << 20, 16 << 20),
+            (1, 64 << 20, 128 << 20),
         ] {
+            // A budget of twice the slice: the cleaner's second arena, for
+            // out-buffers (device → host needs no zeroing).
+            if dir == 0 && pinned > default {
+                continue;
+            }
             let per_call = lanes * bytes;
             let data = DeviceBuffer::new(dev, per_call).unwrap();
             let out = PinnedBuffer::new(dev, lanes * 8).unwrap();
@@ -449,6 +456,25 @@ fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
                 copy.push(per_call as f64 * reps as f64 / t.as_secs_f64() / 1e9);
             }
             let (c, clo, chi) = median(copy);
+            if dir == 1 && lanes == 1 {
+                // The host's own fill of the same bytes of pinned memory,
+                // as `Bulk::source` does: one lane's method, then its copy,
+                // one after the other, can reach at most
+                // 1 / (1 + cuMemcpy rate / fill rate) of the copy alone.
+                let mut fill = Vec::new();
+                for _ in 0..3 {
+                    let t = Instant::now();
+                    // SAFETY: `host` holds `per_call` bytes; no copy runs.
+                    unsafe { std::ptr::write_bytes(host.host_ptr(), 1, per_call) };
+                    fill.push(per_call as f64 / t.elapsed().as_secs_f64() / 1e9);
+                }
+                let (f, flo, fhi) = median(fill);
+                ceilings.push(format!(
+                    "| {} | {f:.2} [{flo:.2}, {fhi:.2}] | {:.3} |",
+                    bytes >> 20,
+                    1.0 / (1.0 + c / f)
+                ));
+            }
             let (p, vs) = match packets {
                 Some((p, plo, phi)) => (format!("{p:.3} [{plo:.3}, {phi:.3}]"), format!("{:.1}", r / p)),
                 None => ("—".to_string(), "—".to_string()),
@@ -465,6 +491,17 @@ fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
                 stats.lent_zeroed_bytes >> 20,
                 stats.cleaned_bytes >> 20,
             );
+        }
+    }
+    if !ceilings.is_empty() {
+        println!(
+            "\nOne lane, host → device: the host's fill of the same pinned bytes alone, and the most a \
+             fill followed by its copy can reach (× cuMemcpy)\n"
+        );
+        println!("| MiB | host fill GB/s, median [min, max] of 3 | fill then copy, × cuMemcpy |");
+        println!("|---:|---:|---:|");
+        for row in &ceilings {
+            println!("{row}");
         }
     }
 }
