@@ -195,6 +195,7 @@ mod pool;
 mod serve_call;
 mod server_call;
 mod spare;
+mod zeroing;
 
 pub use dispatcher::Dispatcher;
 pub use idle::{Idle, IdleBackoff, IdlePolicy, Wait, OTHERS_SLEEP_FACTOR};

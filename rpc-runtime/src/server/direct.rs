@@ -13,6 +13,7 @@
 use super::lane_records::LaneRecords;
 use super::serve_call::{direct_of, lens_of};
 use super::spare::{Spare, SPARE_MIN_BYTES};
+use super::zeroing;
 use super::*;
 use crate::device_memory::{CopyError, EarlyWrites, Lent};
 
@@ -153,7 +154,7 @@ impl<'m> Loan<'m> {
         let fill = |a: usize, b: usize| {
             // SAFETY: `[a, b)` lies within `[at, at + len)`, one slot of the
             // loan that the caller holds and nothing else borrows.
-            unsafe { core::ptr::write_bytes(self.base.as_ptr().add(a), 0, b - a) }
+            unsafe { zeroing::zero(self.base.as_ptr().add(a), b - a) }
         };
         for z in self.lent.zeroed() {
             if z.end <= from {
@@ -198,7 +199,7 @@ impl<'m> Loan<'m> {
             // zeros are left.
             // SAFETY: the slot's bytes, in the loan, which nothing else
             // borrows (never handed out before: `taken` was false).
-            unsafe { core::ptr::write_bytes(p, 0, s.len) };
+            unsafe { zeroing::zero(p, s.len) };
         } else {
             // Zeros where the lender did not lend zeros (its cleaner zeroed
             // earlier calls' out-buffers off their way).

@@ -1,0 +1,73 @@
+//! Zeroing the bytes of an out-buffer that a host method is about to be
+//! handed, where its lender did not lend them as zeros: a span of
+//! [`WIDE_BYTES`] or more is zeroed by [`THREADS`] threads at once, since
+//! one core's stores reach only a part of the memory's bandwidth (a 64 MiB
+//! out-buffer's zeroing took as long as the host method's own fill of it,
+//! BENCHMARKS.md, workload 3).
+
+/// Spans at least this long are zeroed on several threads (a thread's
+/// start, some tens of microseconds, is then under a tenth of the work).
+pub(super) const WIDE_BYTES: usize = 8 << 20;
+
+/// Threads that zero a wide span, the server thread included.
+pub(super) const THREADS: usize = 4;
+
+/// Zero the `len` bytes at `p`.
+///
+/// # Safety
+/// `[p, p + len)` is writable memory that nothing else reads or writes
+/// until this returns.
+pub(super) unsafe fn zero(p: *mut u8, len: usize) {
+    if len < WIDE_BYTES {
+        // SAFETY: the caller's promise.
+        unsafe { core::ptr::write_bytes(p, 0, len) };
+        return;
+    }
+    // Parts of whole pages, so that no two threads store to one line.
+    let part = len.div_ceil(THREADS).next_multiple_of(4096);
+    // The address as an integer: a raw pointer is not `Send`.
+    let base = p as usize;
+    std::thread::scope(|s| {
+        for k in 1..THREADS {
+            let (a, b) = ((k * part).min(len), ((k + 1) * part).min(len));
+            if a == b {
+                continue;
+            }
+            let job = move || {
+                // SAFETY: `[a, b)` lies in the caller's span, and no other
+                // part overlaps it; the scope ends before this returns.
+                unsafe { core::ptr::write_bytes((base + a) as *mut u8, 0, b - a) }
+            };
+            if std::thread::Builder::new()
+                .name("gpu-rpc-zero".into())
+                .spawn_scoped(s, job)
+                .is_err()
+            {
+                // No thread to be had: this part on this one.
+                // SAFETY: as in `job`.
+                unsafe { core::ptr::write_bytes((base + a) as *mut u8, 0, b - a) };
+            }
+        }
+        // SAFETY: the first part, `[0, part)` of the caller's span.
+        unsafe { core::ptr::write_bytes(p, 0, part.min(len)) };
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Spans below, at and above the wide size, at an odd offset: every
+    /// byte of the span is zero, the bytes around it untouched.
+    #[test]
+    fn every_byte_of_the_span_and_none_beside_it() {
+        for len in [0, 1, 4097, WIDE_BYTES - 1, WIDE_BYTES, WIDE_BYTES + 3 * 4096 + 5] {
+            let mut buf = vec![0xa5u8; len + 16];
+            // SAFETY: `[3, 3 + len)` lies in `buf`, which nothing else uses.
+            unsafe { zero(buf.as_mut_ptr().add(3), len) };
+            assert!(buf[..3].iter().all(|&b| b == 0xa5), "{len}: before");
+            assert!(buf[3..3 + len].iter().all(|&b| b == 0), "{len}: span");
+            assert!(buf[3 + len..].iter().all(|&b| b == 0xa5), "{len}: after");
+        }
+    }
+}
