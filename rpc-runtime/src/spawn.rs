@@ -42,8 +42,9 @@ pub(crate) fn owned<T: Send + 'static>(
 }
 
 /// Start server threads `0..n`, thread `t` running `serve(t)`. A thread the
-/// OS refuses is left out (every server thread scans every port, so the
-/// others serve its share); it is an error only when none starts, and then
+/// OS refuses is left out (the others look at every thread's share, one in
+/// turn while busy, all of them on the last pass: they serve its share); it
+/// is an error only when none starts, and then
 /// says why.
 pub(crate) fn servers<'s, 'e, T: Send + 's>(
     scope: &'s Scope<'s, 'e>,

@@ -136,7 +136,7 @@ impl Serve {
         let n = config.server_threads.clamp(1, u32::MAX as usize) as u32;
         let idle = Arc::new(Idle::new(shared.dispatcher.config().idle));
         // As for every backend: a thread the OS refuses is left out (the others
-        // scan every port); none at all is an error.
+        // look at its share too); none at all is an error.
         let threads = crate::spawn::owned_servers(n, |t| {
             let (shared, idle) = (Arc::clone(&shared), Arc::clone(&idle));
             move || {

@@ -18,7 +18,8 @@ pub struct Served<'r, 'a> {
 /// How often a server thread whose own share of a region's ports keeps it
 /// busy still looks at another thread's share: every this many passes, one
 /// other share at a time, in turn (a thread whose share had nothing pending
-/// looks at all of them every pass). Threads that scanned each other's
+/// looks at the next other share every pass, and at all of them right
+/// after a sleep and once the kernel is over). Threads that scanned each other's
 /// ports on every pass met on the same ports and passed the mailbox lines
 /// back and forth, while the owner would have served them a moment later;
 /// and a busy thread that scanned all the others' shares on its 8th pass
@@ -32,10 +33,10 @@ pub(crate) const STEAL_EVERY_PASSES: u32 = 8;
 /// The loop of one thread of a server pool over several regions (several
 /// devices, or several launches on one): each pass serves every region still
 /// running, this thread's share of its ports first (dealt in chunks of
-/// consecutive ports, round-robin: `Deal`), then, when its share had
-/// nothing pending, one other thread's share in turn (every other share
-/// right after a sleep), or, every
-/// `STEAL_EVERY_PASSES` (8) passes, one other thread's share in turn. A
+/// consecutive ports, round-robin: `Deal`), then one other thread's share,
+/// each in turn, when its own had nothing pending or every
+/// `STEAL_EVERY_PASSES` (8) passes (every other share, when its own had
+/// nothing, right after a sleep and once the kernel is over). A
 /// region leaves the pool
 /// when its kernel is over and a pass finds nothing pending, or when a wait
 /// on it was abandoned; that does not stop the others. Returns each region's
@@ -64,6 +65,8 @@ pub fn serve_pool(regions: &[Served<'_, '_>], thread: u32, threads: u32, idle: &
     let mut counts: Vec<u64> = regions.iter().map(|_| 0).collect();
     let mut backoff = IdleBackoff::new(idle.policy(), thread, std::time::Instant::now());
     let mut passes: u32 = 0;
+    // Whose share an `Others::Next` look goes to: each other thread's in turn.
+    let mut turn: u32 = 0;
     while outcome.iter().any(Option::is_none) {
         let mut served = 0;
         passes = passes.wrapping_add(1);
@@ -78,10 +81,17 @@ pub fn serve_pool(regions: &[Served<'_, '_>], thread: u32, threads: u32, idle: &
             let finished = r.done.load(Ordering::Acquire);
             let pass = (|| {
                 let mut n = r.dispatcher.poll_ranges(r.server, deal.own(thread))?;
-                match looks_at_others(threads, n, passes, backoff.slept()) {
+                // The pass that may be the last (`finished`) looks at every
+                // port: a thread that never started, or left the region,
+                // has no pass of its own to drain its share.
+                match looks_at_others(threads, n, passes, backoff.slept() || finished) {
                     Others::None => {}
                     Others::All => n += r.dispatcher.poll_ranges(r.server, deal.others(thread))?,
-                    Others::One(d) => n += r.dispatcher.poll_ranges(r.server, deal.own((thread + d) % threads))?,
+                    Others::Next => {
+                        let d = 1 + turn % (threads - 1);
+                        turn = turn.wrapping_add(1);
+                        n += r.dispatcher.poll_ranges(r.server, deal.own((thread + d) % threads))?;
+                    }
                 }
                 Ok(n)
             })();
@@ -154,29 +164,30 @@ impl Deal {
 enum Others {
     None,
     All,
-    /// The share of thread `t + d` (of `threads`).
-    One(u32),
+    /// One other thread's share: each in turn, from look to look (a turn
+    /// of its own, not the pass count, which a thread busy on every other
+    /// pass would tie to one share).
+    Next,
 }
 
 /// Which other threads' shares pass `pass` of one of `threads` server
 /// threads, which served `own` calls in its own share, goes on to (see
-/// `STEAL_EVERY_PASSES`). A thread that has just woken from a sleep
-/// (`woke`) looks at every port: the pool's first thread wakes most often
+/// `STEAL_EVERY_PASSES`). A thread that has just woken from a sleep, or
+/// whose pass may be its last on the region (`wide`), looks at every port:
+/// the pool's first thread wakes most often
 /// and rings the others awake, so that the first call after a silence
 /// waits for one of its sleeps, wherever it is. A spinning thread whose
 /// own share was empty looks at one other share per pass, in turn: looking
 /// at all of them on every such pass costs a cache miss on every mailbox
 /// line the GPU wrote in them, for calls their owners mostly serve a moment
 /// later (BENCHMARKS.md, workload 2, has the A/B).
-fn looks_at_others(threads: u32, own: usize, pass: u32, woke: bool) -> Others {
+fn looks_at_others(threads: u32, own: usize, pass: u32, wide: bool) -> Others {
     if threads <= 1 {
         Others::None
-    } else if own == 0 && woke {
+    } else if own == 0 && wide {
         Others::All
-    } else if own == 0 {
-        Others::One(1 + pass % (threads - 1))
-    } else if pass.is_multiple_of(STEAL_EVERY_PASSES) {
-        Others::One(1 + (pass / STEAL_EVERY_PASSES) % (threads - 1))
+    } else if own == 0 || pass.is_multiple_of(STEAL_EVERY_PASSES) {
+        Others::Next
     } else {
         Others::None
     }
@@ -186,27 +197,24 @@ fn looks_at_others(threads: u32, own: usize, pass: u32, woke: bool) -> Others {
 mod tests {
     use super::*;
 
-    /// A thread that woke from a sleep looks at every port; one whose own
-    /// share had nothing, at one other share per pass, in turn; one kept
-    /// busy by its own share still looks at one other share every
-    /// `STEAL_EVERY_PASSES` passes, each in turn, so a thread held up in a
+    /// A thread that woke from a sleep (or may be on its last pass) looks
+    /// at every port; one whose own share had nothing, at the next other
+    /// share; one kept busy by its own share still looks at the next other
+    /// share every `STEAL_EVERY_PASSES` passes, so a thread held up in a
     /// slow host method never leaves its ports unserved for long; a lone
     /// thread has no others.
     #[test]
     fn busy_threads_look_at_other_slices_now_and_then() {
-        let turn = |d| Others::One(d);
         assert!((0..100).all(|pass| looks_at_others(4, 0, pass, true) == Others::All));
-        let idle: Vec<Others> = (0..6).map(|pass| looks_at_others(4, 0, pass, false)).collect();
-        assert_eq!(idle, [turn(1), turn(2), turn(3), turn(1), turn(2), turn(3)]);
-        for woke in [false, true] {
-            let looks: Vec<Others> = (1..=6 * STEAL_EVERY_PASSES)
-                .map(|pass| looks_at_others(4, 3, pass, woke))
-                .filter(|&o| o != Others::None)
-                .collect();
-            // Six looks: the three others in turn, twice.
-            assert_eq!(looks, [turn(2), turn(3), turn(1), turn(2), turn(3), turn(1)]);
-            assert!((0..100).all(|pass| looks_at_others(1, 0, pass, woke) == Others::None));
-            assert!((0..100).all(|pass| looks_at_others(1, 5, pass, woke) == Others::None));
+        assert!((0..100).all(|pass| looks_at_others(4, 0, pass, false) == Others::Next));
+        for wide in [false, true] {
+            let looks = (1..=6 * STEAL_EVERY_PASSES)
+                .filter(|&pass| looks_at_others(4, 3, pass, wide) == Others::Next)
+                .count();
+            assert_eq!(looks, 6);
+            assert!((0..100).all(|pass| looks_at_others(4, 3, pass, wide) != Others::All));
+            assert!((0..100).all(|pass| looks_at_others(1, 0, pass, wide) == Others::None));
+            assert!((0..100).all(|pass| looks_at_others(1, 5, pass, wide) == Others::None));
         }
     }
 

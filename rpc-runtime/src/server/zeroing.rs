@@ -23,7 +23,8 @@ pub(super) unsafe fn zero(p: *mut u8, len: usize) {
         unsafe { core::ptr::write_bytes(p, 0, len) };
         return;
     }
-    // Parts of whole pages, so that no two threads store to one line.
+    // Parts of whole pages: for a page-aligned span, no two threads store
+    // to one cache line.
     let part = len.div_ceil(THREADS).next_multiple_of(4096);
     // The address as an integer: a raw pointer is not `Send`.
     let base = p as usize;
