@@ -294,11 +294,11 @@ pub(super) fn after_pass(idle: &Idle, backoff: &mut IdleBackoff, served: usize) 
         return;
     }
     match backoff.after_empty_pass(Instant::now()) {
-        Wait::Spin => {
+        // (A zero sleep polls on as a spin does: `first_sleep` zero.)
+        Wait::Spin | Wait::Sleep(Duration::ZERO) => {
             backoff.unclocked_spins = SPINS_PER_CLOCK_READ - 1;
             spin_once(idle)
         }
-        Wait::Sleep(d) if d.is_zero() => spin_once(idle),
         Wait::Sleep(d) => idle.sleep(d),
     }
 }

@@ -9,8 +9,16 @@
 /// start, some tens of microseconds, is then under a tenth of the work).
 pub(super) const WIDE_BYTES: usize = 8 << 20;
 
-/// Threads that zero a wide span, the server thread included.
+/// Threads that zero a wide span, the server thread included (fewer on a
+/// machine with fewer cores).
 pub(super) const THREADS: usize = 4;
+
+/// [`THREADS`], or the cores the OS gives this process if fewer.
+fn threads() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    THREADS.min(cores)
+}
 
 /// Zero the `len` bytes at `p`.
 ///
@@ -18,18 +26,19 @@ pub(super) const THREADS: usize = 4;
 /// `[p, p + len)` is writable memory that nothing else reads or writes
 /// until this returns.
 pub(super) unsafe fn zero(p: *mut u8, len: usize) {
-    if len < WIDE_BYTES {
+    let threads = threads();
+    if len < WIDE_BYTES || threads == 1 {
         // SAFETY: the caller's promise.
         unsafe { core::ptr::write_bytes(p, 0, len) };
         return;
     }
     // Parts of whole pages: for a page-aligned span, no two threads store
     // to one cache line.
-    let part = len.div_ceil(THREADS).next_multiple_of(4096);
+    let part = len.div_ceil(threads).next_multiple_of(4096);
     // The address as an integer: a raw pointer is not `Send`.
     let base = p as usize;
     std::thread::scope(|s| {
-        for k in 1..THREADS {
+        for k in 1..threads {
             let (a, b) = ((k * part).min(len), ((k + 1) * part).min(len));
             if a == b {
                 continue;
