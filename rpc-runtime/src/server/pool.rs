@@ -180,7 +180,8 @@ enum Others {
 /// own share was empty looks at one other share per pass, in turn: looking
 /// at all of them on every such pass costs a cache miss on every mailbox
 /// line the GPU wrote in them, for calls their owners mostly serve a moment
-/// later (BENCHMARKS.md, workload 2, has the A/B).
+/// later (BENCHMARKS.md, workload 2: with the sampled metrics, 8 threads on
+/// 2112 warps and 4096 ports went from 3.8 to 11 M warp-calls/s).
 fn looks_at_others(threads: u32, own: usize, pass: u32, wide: bool) -> Others {
     if threads <= 1 {
         Others::None
