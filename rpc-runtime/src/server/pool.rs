@@ -219,6 +219,46 @@ mod tests {
         }
     }
 
+    /// Two of four server threads never started (the OS refused them): the
+    /// calls left in one of their shares when the kernel is over are served
+    /// by the others' last passes, which look at every port. (A look at
+    /// the next share only would leave these: thread 0 looks at thread
+    /// 1's, thread 3 at thread 0's.)
+    #[test]
+    fn the_last_passes_serve_the_share_of_a_thread_that_never_started() {
+        use crate::call::NOOP_DESC;
+        use crate::cpu::{CpuRegion, RawDevice};
+        use crate::protocol::{Buffer, Layout};
+        let region = CpuRegion::new(Layout::new(64, 1).unwrap());
+        // SAFETY: no client uses the region; this thread plays the device.
+        let dev = unsafe { RawDevice::new(&region) };
+        let deal = Deal::new(64, 4);
+        let missing: Vec<u32> = ports_of(deal.own(2));
+        assert_eq!(missing.len(), 16);
+        for &p in &missing {
+            let mut b = Buffer::default();
+            b.data[0] = NOOP_DESC.frame_word().pack();
+            b.data[1] = p as u64;
+            dev.inject(p, NOOP_DESC.opcode, 1, &[(0, b)]);
+        }
+        let d = Dispatcher::new(ServerConfig::default());
+        let server = region.server();
+        // The kernel is over: these are calls nobody waits for.
+        let done = AtomicBool::new(true);
+        let idle = Idle::new(d.config().idle);
+        let pool = [Served {
+            server: &server,
+            dispatcher: &d,
+            done: &done,
+        }];
+        let served: u64 = [0, 3].iter().map(|&t| serve_pool(&pool, t, 4, &idle)[0].unwrap()).sum();
+        assert_eq!(served, 16);
+        for &p in &missing {
+            assert!(dev.owned(p), "port {p} left unserved");
+            assert_eq!(dev.read_word(p, 0, 1), p as u64 + 1, "port {p}");
+        }
+    }
+
     fn ports_of(ranges: impl Iterator<Item = core::ops::Range<u32>>) -> Vec<u32> {
         ranges.flatten().collect()
     }
