@@ -1403,6 +1403,31 @@ fn direct_fill(dev: &RawDevice<'_>, lanes: u32, each: usize, addr: impl Fn(u32) 
     (0..lanes).map(|l| dev.status(0, l)).collect()
 }
 
+/// [`direct_fill`] on port 0 of a fresh one-port region of `lanes` lanes
+/// whose server, `d` with `memory`, runs on a thread of its own for the
+/// call; each lane's status.
+fn served_direct_fill(
+    d: &Dispatcher,
+    memory: &dyn gpu_rpc::device_memory::DeviceMemory,
+    lanes: u32,
+    each: usize,
+    addr: impl Fn(u32) -> u64,
+) -> Vec<Status> {
+    let region = CpuRegion::new(Layout::new(1, lanes).unwrap());
+    let dev = raw_device(&region);
+    let stop = AtomicBool::new(false);
+    let server = region.server().with_memory(memory);
+    std::thread::scope(|s| {
+        let (stop, server) = (&stop, &server);
+        let served = s.spawn(move || d.serve_until(server, 0, 1, stop));
+        let _stop = StopOnDrop(stop);
+        let statuses = direct_fill(&dev, lanes, each, addr);
+        drop(_stop);
+        served.join().unwrap().unwrap();
+        statuses
+    })
+}
+
 /// Out-buffers go to the device while the call's later lanes still run:
 /// side-by-side out-buffers of lanes whose methods are done are sent in one
 /// copy once they hold 256 KiB (`EARLY_BYTES`), before the next lane's
@@ -1475,25 +1500,13 @@ fn out_buffers_go_to_the_device_while_later_lanes_run() {
             ..ServerConfig::default()
         });
         d.add(RelServer(Arc::clone(&host))).unwrap();
-        let region = CpuRegion::new(Layout::new(1, LANES).unwrap());
-        let dev = raw_device(&region);
-        let stop = AtomicBool::new(false);
-        let server = region.server().with_memory(&memory);
         let mut out = vec![0u8; LANES as usize * EACH];
         let base = out.as_mut_ptr() as u64;
         let addr = |l: u32| match bad_lane {
             Some(b) if b == l => 64, // page 0: never mapped
             _ => base + (l as usize * EACH) as u64,
         };
-        let statuses = std::thread::scope(|s| {
-            let (d, stop, server) = (&d, &stop, &server);
-            let served = s.spawn(move || d.serve_until(server, 0, 1, stop));
-            let _stop = StopOnDrop(stop);
-            let statuses = direct_fill(&dev, LANES, EACH, addr);
-            drop(_stop);
-            served.join().unwrap().unwrap();
-            statuses
-        });
+        let statuses = served_direct_fill(&d, &memory, LANES, EACH, addr);
         let sent = memory.sent.into_inner().unwrap();
         let errors = d.errors();
         let what = format!("bad lane {bad_lane:?}, failing queue {fail_finish}");
@@ -1629,21 +1642,9 @@ fn the_last_store_of_an_out_buffer_is_what_the_device_gets() {
         ..ServerConfig::default()
     });
     d.add(Hand(Arc::clone(&seen))).unwrap();
-    let region = CpuRegion::new(Layout::new(1, LANES).unwrap());
-    let dev = raw_device(&region);
-    let stop = AtomicBool::new(false);
-    let server = region.server().with_memory(&Zeroed);
     let mut out = vec![0u8; LANES as usize * EACH];
     let base = out.as_mut_ptr() as u64;
-    let statuses = std::thread::scope(|s| {
-        let (d, stop, server) = (&d, &stop, &server);
-        let served = s.spawn(move || d.serve_until(server, 0, 1, stop));
-        let _stop = StopOnDrop(stop);
-        let statuses = direct_fill(&dev, LANES, EACH, |l| base + (l as usize * EACH) as u64);
-        drop(_stop);
-        served.join().unwrap().unwrap();
-        statuses
-    });
+    let statuses = served_direct_fill(&d, &Zeroed, LANES, EACH, |l| base + (l as usize * EACH) as u64);
     assert_eq!(d.errors(), []);
     assert_eq!(statuses, [Status::Ok; LANES as usize]);
     assert_eq!(*seen.lock().unwrap(), [(1, true), (5, true)], "handed out zeroed");
