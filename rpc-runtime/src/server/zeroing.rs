@@ -37,29 +37,25 @@ pub(super) unsafe fn zero(p: *mut u8, len: usize) {
     let part = len.div_ceil(threads).next_multiple_of(4096);
     // The address as an integer: a raw pointer is not `Send`.
     let base = p as usize;
+    // Part `k`: `[k * part, (k + 1) * part)` of the span, cut at its end.
+    let zero_part = move |k: usize| {
+        let (a, b) = ((k * part).min(len), ((k + 1) * part).min(len));
+        // SAFETY: `[a, b)` lies in the caller's span, and no other part
+        // overlaps it; every part is done before `zero` returns (the scope
+        // below joins its threads).
+        unsafe { core::ptr::write_bytes((base + a) as *mut u8, 0, b - a) }
+    };
     std::thread::scope(|s| {
-        for k in 1..threads {
-            let (a, b) = ((k * part).min(len), ((k + 1) * part).min(len));
-            if a == b {
-                continue;
-            }
-            let job = move || {
-                // SAFETY: `[a, b)` lies in the caller's span, and no other
-                // part overlaps it; the scope ends before this returns.
-                unsafe { core::ptr::write_bytes((base + a) as *mut u8, 0, b - a) }
-            };
-            if std::thread::Builder::new()
+        for k in (1..threads).filter(|&k| k * part < len) {
+            let spawned = std::thread::Builder::new()
                 .name("gpu-rpc-zero".into())
-                .spawn_scoped(s, job)
-                .is_err()
-            {
+                .spawn_scoped(s, move || zero_part(k));
+            if spawned.is_err() {
                 // No thread to be had: this part on this one.
-                // SAFETY: as in `job`.
-                unsafe { core::ptr::write_bytes((base + a) as *mut u8, 0, b - a) };
+                zero_part(k);
             }
         }
-        // SAFETY: the first part, `[0, part)` of the caller's span.
-        unsafe { core::ptr::write_bytes(p, 0, part.min(len)) };
+        zero_part(0);
     });
 }
 
