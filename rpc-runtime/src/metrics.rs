@@ -263,11 +263,9 @@ pub struct MethodMetrics {
     pub bytes_in: u64,
     /// Bytes the host answered with: return values and out-buffers.
     pub bytes_out: u64,
-    /// Host time per call (from finding the call to handing the port back;
-    /// a call found right after a timed one, in the same pass over the
-    /// ports, from the end of that one: the scan between, well under 1 µs,
-    /// saves a clock read), bucket `k` counting the timed calls under
-    /// `2^k` µs ([`LATENCY_BUCKETS`]): a sample of about one call in
+    /// Host time per call (from finding the call to handing the port
+    /// back), bucket `k` counting the timed calls under `2^k` µs
+    /// ([`LATENCY_BUCKETS`]): a sample of about one call in
     /// [`LATENCY_SAMPLE`], so its total is about `calls / LATENCY_SAMPLE`.
     pub latency: [u64; LATENCY_BUCKETS],
 }

@@ -20,13 +20,6 @@ pub struct Dispatcher {
     pub(super) unknown: Counters,
 }
 
-/// A timed call that [`Dispatcher::poll`] finds at most this many ports
-/// after the last one it served, itself timed, is timed from that call's
-/// end (the scan between costs about half a nanosecond a port, well inside
-/// the latency histogram's first bucket of 1 µs): one clock read instead of
-/// two.
-const CHAIN_CLOCK_PORTS: u32 = 64;
-
 /// Where the calls of one opcode go, and what they have cost so far.
 pub(super) struct Route {
     /// The service and method index (`None` for the runtime's no-op).
@@ -224,9 +217,6 @@ impl Dispatcher {
         ranges: impl Iterator<Item = core::ops::Range<u32>>,
     ) -> Result<usize, Abandoned> {
         let mut served = 0;
-        // When the last call ended (metrics on): a call found right after
-        // it starts its clock there, a clock read saved.
-        let mut ended: Option<Instant> = None;
         // The pass's metrics, added to the shared counters when the method
         // changes and when the pass ends (the tally's drop, on every return).
         let mut tally = Tally::default();
@@ -234,14 +224,12 @@ impl Dispatcher {
         'ranges: for range in ranges {
             let mut start = range.start;
             while let Some(port) = server.try_open(start..range.end) {
-                let near = port.index() - start < CHAIN_CLOCK_PORTS;
                 start = port.index() + 1;
-                let (r, end) = self.serve_port_from(port, server.memory(), ended.filter(|_| near), &mut tally);
+                let r = self.serve_port_tallied(port, server.memory(), &mut tally);
                 if r.is_err() {
                     outcome = r;
                     break 'ranges;
                 }
-                ended = end;
                 served += 1;
             }
         }
@@ -294,7 +282,7 @@ impl Dispatcher {
         port: Port<'_, '_, ServerSide, Fresh>,
         memory: Option<&dyn DeviceMemory>,
     ) -> Result<(), Abandoned> {
-        let r = self.serve_port_from(port, memory, None, &mut Tally::default()).0;
+        let r = self.serve_port_tallied(port, memory, &mut Tally::default());
         if r.is_ok() {
             // Relaxed: a statistic.
             self.calls.fetch_add(1, Ordering::Relaxed);
@@ -302,18 +290,15 @@ impl Dispatcher {
         r
     }
 
-    /// [`serve_port`](Self::serve_port) whose metrics, if they time this
-    /// call ([`LATENCY_SAMPLE`](crate::metrics::LATENCY_SAMPLE)), time it
-    /// from `started` (the end of the timed call served just before, when
-    /// there was one) instead of reading the clock, and count it in `tally`;
-    /// returns when it ended (if it was timed).
-    fn serve_port_from<'d>(
+    /// [`serve_port`](Self::serve_port) whose metrics count the call in
+    /// `tally` (and time it, if it is one of the sample:
+    /// [`LATENCY_SAMPLE`](crate::metrics::LATENCY_SAMPLE)).
+    fn serve_port_tallied<'d>(
         &'d self,
         port: Port<'_, '_, ServerSide, Fresh>,
         memory: Option<&dyn DeviceMemory>,
-        started: Option<Instant>,
         tally: &mut Tally<'d>,
-    ) -> (Result<(), Abandoned>, Option<Instant>) {
+    ) -> Result<(), Abandoned> {
         let index = port.index();
         let opcode = port.opcode();
         let lanes = port.lanes();
@@ -322,7 +307,7 @@ impl Dispatcher {
             .and_then(|r| r.method)
             .map(|(s, m)| (s, m, &self.services[s].methods()[m]));
         let metrics = self.config.metrics;
-        let started = (metrics && time_next_call()).then(|| started.unwrap_or_else(Instant::now));
+        let started = (metrics && time_next_call()).then(Instant::now);
         let counters = route.map_or(&self.unknown, |r| &r.counters);
         if metrics {
             tally.start(counters);
@@ -342,11 +327,8 @@ impl Dispatcher {
             scratch.trim(self.config.keep_bytes);
             r
         });
-        let mut ended = None;
         if r.is_ok() && metrics {
-            ended = started.map(|_| Instant::now());
-            let took = started.zip(ended).map(|(s, e)| e.saturating_duration_since(s));
-            tally.add(counters, &record, took);
+            tally.add(counters, &record, started.map(|s| s.elapsed()));
         }
         if let Err(a) = r {
             self.record(ServerError {
@@ -358,7 +340,7 @@ impl Dispatcher {
                 message: format!("{a}; the server stopped waiting for lanes {lanes:#x} when the kernel ended"),
             });
         }
-        (r, ended)
+        r
     }
 
     pub(super) fn whole_call_error(
