@@ -6,7 +6,7 @@
 # machine with an NVIDIA GPU (only the driver is needed there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=.gpu
+out=${GPU_OUT:-.gpu}
 rm -rf "$out" && mkdir -p "$out"
 bins=(-p gpu-examples)
 if [ "${GPU_RUN:-1}" = 1 ]; then bins+=(-p gpu-run); fi

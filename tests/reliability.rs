@@ -345,6 +345,12 @@ fn malformed_frame_words_are_refused() {
     let add = RelRpc::ADD.frame_word();
     let mut v2 = add;
     v2.version = FRAME_VERSION + 1;
+    let newer: &'static str = format!("frame version {} (expected {FRAME_VERSION})", FRAME_VERSION + 1).leak();
+    // A client of the version before, which would read an inline reply
+    // from the packet, is refused too.
+    let mut v1 = add;
+    v1.version = FRAME_VERSION - 1;
+    let older: &'static str = format!("frame version {} (expected {FRAME_VERSION})", FRAME_VERSION - 1).leak();
     let inline = FrameWord {
         inline_streams: true,
         ..add
@@ -355,12 +361,8 @@ fn malformed_frame_words_are_refused() {
     let mut noop = gpu_rpc::call::NOOP_DESC.frame_word();
     noop.arg_bytes = 0;
     let cases = [
-        (
-            RelRpc::ADD.opcode,
-            v2.pack(),
-            Status::BadFrame,
-            "frame version 2 (expected 1)",
-        ),
+        (RelRpc::ADD.opcode, v2.pack(), Status::BadFrame, newer),
+        (RelRpc::ADD.opcode, v1.pack(), Status::BadFrame, older),
         (RelRpc::ADD.opcode, inline, Status::BadFrame, "announces inline streams"),
         (RelRpc::ADD.opcode, shape.pack(), Status::SignatureMismatch, "Rel::add"),
         (
@@ -417,7 +419,7 @@ fn direct_call(dev: &RawDevice<'_>, opcode: u32, word: u64, block: &[u8], addr: 
     while !dev.owned(0) {
         std::hint::spin_loop();
     }
-    (dev.status(0, 0), dev.read(0, 0).data[1])
+    (dev.status(0, 0), dev.reply_word(0, 0, 1))
 }
 
 fn frame(word: u64, block: &[u8]) -> Buffer {
@@ -503,7 +505,7 @@ fn lying_inline_streams_are_refused() {
         (dev.status(1, 0), dev.status(1, 1)),
         (Status::Ok, Status::InvalidArgument)
     );
-    assert_eq!(dev.read(1, 0).data[1], 5, "print returns the byte length");
+    assert_eq!(dev.reply_word(1, 0, 1), 5, "print returns the byte length");
     assert_eq!(*host.printed.lock().unwrap(), ["hello"]);
     let errors = d.errors();
     assert_eq!(errors.len(), 2, "{errors:?}");
@@ -533,7 +535,7 @@ fn lying_inline_streams_are_refused() {
         )],
     );
     assert_eq!(serve_once(&d, &region), Ok(1));
-    assert_eq!((dev.status(0, 0), dev.read(0, 0).data[1]), (Status::Ok, 5));
+    assert_eq!((dev.status(0, 0), dev.reply_word(0, 0, 1)), (Status::Ok, 5));
 }
 
 /// A warp-call whose host method panics on one lane: that lane alone is
@@ -560,7 +562,7 @@ fn a_panic_on_one_lane_leaves_the_other_lanes_answered() {
     for round in 0..2 {
         dev.inject(0, RelRpc::ADD.opcode, 0b1111, &lanes);
         assert_eq!(serve_once(&d, &region), Ok(1));
-        let got: Vec<(Status, u64)> = (0..4).map(|l| (dev.status(0, l), dev.read(0, l).data[1])).collect();
+        let got: Vec<(Status, u64)> = (0..4).map(|l| (dev.status(0, l), dev.reply_word(0, l, 1))).collect();
         assert_eq!(got[0], (Status::Ok, 3));
         assert_eq!(got[1].0, Status::HandlerPanicked);
         assert_eq!(got[2], (Status::Ok, 7));
@@ -641,7 +643,7 @@ fn lying_direct_addresses_are_refused() {
             let word = RelRpc::SUM.frame_word().pack();
             let st = call(RelRpc::SUM.opcode, word, [len.clone(), len], [data.as_ptr() as u64, 16]);
             assert_eq!(st, [Status::Ok, Status::InvalidArgument]);
-            assert_eq!(dev.read(0, 0).data[1], data.iter().map(|&b| b as u64).sum::<u64>());
+            assert_eq!(dev.reply_word(0, 0, 1), data.iter().map(|&b| b as u64).sum::<u64>());
             // `fill(seed, out)`: lane 1's out-buffer at page 0. The block is the
             // out-buffer's length word, then the seed.
             let mut block = len_word(out.len() as u64, true).to_le_bytes().to_vec();

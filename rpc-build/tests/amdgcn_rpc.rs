@@ -216,12 +216,13 @@ fn check(scope: &Scope) {
 
     // Acquire after the inbox wait: the invalidation, then the system-scope
     // packet reads (the first global load after it; the packet may be staged
-    // in scratch, whose stores can come between).
+    // in scratch, whose stores can come between, and a reply's branch on the
+    // inline bit of the word the wait loaded).
     let packet_read = f.iter().enumerate().any(|(at, i)| {
         i == scope.acquire[scope.acquire.len() - 1]
             && f[at + 1..]
                 .iter()
-                .take(24)
+                .take(48)
                 .find(|j| j.starts_with("flat_load") || j.starts_with("global_load"))
                 .is_some_and(|j| j.starts_with("flat_load_dwordx2 ") && j.ends_with(scope.sys))
     });

@@ -40,7 +40,17 @@
 //!
 //! The owner is the only side that touches the packet. It gives ownership
 //! away by flipping its own outbox after a release fence; the other side sees
-//! the flip, issues an acquire fence and only then reads the packet. Shared
+//! the flip, issues an acquire fence and only then reads the packet.
+//!
+//! Only bit 0 of a mailbox word is the ownership bit, and only it is compared.
+//! The client's outbox has no other bit set (the server ignores them if a
+//! device sets them). The server's outbox may carry an **inline reply** in
+//! the same store as the flip: bit 1 set, a value of at most 30 bits in bits
+//! `2..32` ([`INLINE_MAX`]). The client reads it from the word it polled, so
+//! a small answer costs no read of the packet after the flip: for a GPU that
+//! is one bus round trip fewer. A server sends one only where the client
+//! receives with [`recv_reply_words`](Port::recv_reply_words); what the value
+//! means is the caller's (the call frame's reply, `call/`). Shared
 //! words move with plain (relaxed) atomic loads and stores plus explicit
 //! fences — never a read-modify-write, which NVPTX's back end would silently
 //! weaken and which host memory reached over PCIe need not support.
@@ -114,6 +124,15 @@ pub const BUFFER_WORDS: usize = BUFFER_BYTES / 8;
 pub const MAX_PORTS: u32 = 1 << 16;
 /// Most lanes a layout may have (a 64-bit lane mask).
 pub const MAX_LANES: u32 = 64;
+/// The largest value an inline reply carries in the server's outbox word
+/// (30 bits; see [the invariant](self#the-invariant)).
+pub const INLINE_MAX: u32 = (1 << 30) - 1;
+/// The ownership bit of a mailbox word.
+pub(crate) const OWNER_BIT: u32 = 1;
+/// Set in the server's outbox word when it carries an inline reply.
+pub(crate) const INLINE_BIT: u32 = 2;
+/// Where an inline reply's value starts in the server's outbox word.
+pub(crate) const INLINE_SHIFT: u32 = 2;
 
 /// Opcodes reserved for the runtime (`0x0000 ..= 0xFFFF`).
 pub mod opcodes {
@@ -386,9 +405,9 @@ pub fn client_port_state(words: &[u32], index: u32) -> Option<(bool, bool, bool)
 pub struct PortSnapshot {
     /// The port's index.
     pub index: u32,
-    /// The client's outbox word (0 or 1).
+    /// The client's ownership bit (0 or 1).
     pub client_outbox: u32,
-    /// The server's outbox word (0 or 1).
+    /// The server's ownership bit (0 or 1; an inline reply's bits are not shown).
     pub server_outbox: u32,
     /// The opcode in the header (the last call's).
     pub opcode: u32,
@@ -707,33 +726,39 @@ impl<'a, S: Side> Process<'a, S> {
         }
     }
 
-    /// The other side's mailbox, the same value on every lane of `mask`.
+    /// The other side's mailbox word (with an inline reply, if any), the
+    /// same value on every lane of `mask`.
     #[inline(always)]
     fn load_inbox(&self, mask: u64, index: u32) -> u32 {
-        // Relaxed: the value only decides whether to wait; the acquire fence in
-        // `wait_for_ownership`/`try_open` orders the packet reads after it.
+        // Relaxed: the value only decides whether to wait (and an inline
+        // reply travels in this one single-copy-atomic load); the acquire
+        // fence in `wait_for_ownership`/`try_open` orders the packet reads
+        // after it.
         lanes::broadcast(mask, self.inbox(index).load(Ordering::Relaxed))
     }
 
+    /// This side's ownership bit (0 or 1; an inline reply's bits dropped).
     #[inline(always)]
     fn load_outbox(&self, mask: u64, index: u32) -> u32 {
         // Relaxed: this side is the only writer of its outbox and the port lock
         // (acquired with a fence) orders this read after the last holder's
         // write.
-        lanes::broadcast(mask, self.outbox(index).load(Ordering::Relaxed))
+        lanes::broadcast(mask, self.outbox(index).load(Ordering::Relaxed)) & OWNER_BIT
     }
 
-    /// `true` when this side does not own the port's buffer.
+    /// `true` when this side does not own the port's buffer (`inbox` a
+    /// mailbox word, `outbox` an ownership bit).
     #[inline(always)]
     fn buffer_unavailable(inbox: u32, outbox: u32) -> bool {
         let want = if S::INVERT { outbox ^ 1 } else { outbox };
-        inbox != want
+        inbox & OWNER_BIT != want
     }
 
     /// Hand the buffer to the other side (lane rule 3: the whole group has
-    /// written its slots before one lane flips).
+    /// written its slots before one lane flips), with `inline` (an inline
+    /// reply's bits, or 0) in the same store. Returns the new ownership bit.
     #[inline(always)]
-    fn invert_outbox(&self, mask: u64, index: u32, out: u32) -> u32 {
+    fn invert_outbox(&self, mask: u64, index: u32, out: u32, inline: u32) -> u32 {
         let flipped = out ^ 1;
         // Every lane of the group has written its slot: `bar.warp.sync` waits
         // for them and orders their writes before what follows on any of them.
@@ -746,7 +771,9 @@ impl<'a, S: Side> Process<'a, S> {
             // Relaxed store: ordered by the fence above; a plain store keeps the
             // single-writer rule (no read-modify-write on shared memory). One
             // lane stores, so no lane can publish before the group is done.
-            self.outbox(index).store(flipped, Ordering::Relaxed);
+            // An inline reply goes in the same store: the client sees the
+            // value exactly when it sees the flip.
+            self.outbox(index).store(flipped | inline, Ordering::Relaxed);
         }
         if !S::INVERT {
             // Keep the device-local copy of the client outbox in step, so
@@ -756,12 +783,17 @@ impl<'a, S: Side> Process<'a, S> {
         flipped
     }
 
-    /// Wait until this side owns the buffer.
+    /// Wait until this side owns the buffer; returns the inbox word that
+    /// showed it (the same on every lane of `mask`).
     #[inline(always)]
-    fn wait_for_ownership(&self, mask: u64, index: u32, out: u32) -> Result<(), ()> {
+    fn wait_for_ownership(&self, mask: u64, index: u32, out: u32) -> Result<u32, ()> {
         let mut backoff = Backoff::new();
         let mut polls: u32 = 0;
-        while Self::buffer_unavailable(self.load_inbox(mask, index), out) {
+        let mut inbox;
+        while {
+            inbox = self.load_inbox(mask, index);
+            Self::buffer_unavailable(inbox, out)
+        } {
             if let Some(abort) = self.abort {
                 polls = polls.wrapping_add(1);
                 // Relaxed: the flag carries no data; it only ends the wait.
@@ -778,7 +810,7 @@ impl<'a, S: Side> Process<'a, S> {
         // lane of the group before any reads its slot (lane rule 3).
         fence(Ordering::Acquire);
         lanes::sync(mask);
-        Ok(())
+        Ok(inbox)
     }
 
     /// Try to take the side-local lock of `index` for the warp `mask`; on
@@ -1238,8 +1270,8 @@ impl<'a> Server<'a> {
         // the protocol depends on these values.
         PortSnapshot {
             index,
-            client_outbox: self.p.inbox(index).load(Ordering::Relaxed),
-            server_outbox: self.p.outbox(index).load(Ordering::Relaxed),
+            client_outbox: self.p.inbox(index).load(Ordering::Relaxed) & OWNER_BIT,
+            server_outbox: self.p.outbox(index).load(Ordering::Relaxed) & OWNER_BIT,
             opcode: h.opcode.load(Ordering::Relaxed),
             mask: h.mask.load(Ordering::Relaxed),
             server_locked: word.load(Ordering::Relaxed) & (LOCK_BIT << shift) != 0,
@@ -1372,7 +1404,7 @@ impl<'p, 'a, S: Side, St: State> Port<'p, 'a, S, St> {
             fill(lane, &mut b);
             p.write_buffer(index, lane, &b, words);
         });
-        self.out = self.p.invert_outbox(self.lane_mask, self.index, self.out);
+        self.out = self.p.invert_outbox(self.lane_mask, self.index, self.out, 0);
         Ok(())
     }
 
@@ -1386,20 +1418,21 @@ impl<'p, 'a, S: Side, St: State> Port<'p, 'a, S, St> {
     }
 
     /// The first half of a receive: hand the buffer back after a receive,
-    /// then wait until the next packet is this side's.
+    /// then wait until the next packet is this side's. Returns the inbox
+    /// word that showed it (0 if this side owned the buffer already).
     #[inline(always)]
-    fn take_next(&mut self) -> Result<(), Abandoned> {
+    fn take_next(&mut self) -> Result<u32, Abandoned> {
         if St::RECEIVED {
-            self.out = self.p.invert_outbox(self.lane_mask, self.index, self.out);
+            self.out = self.p.invert_outbox(self.lane_mask, self.index, self.out, 0);
         }
         if St::RECEIVED || !St::OWNS {
-            self.wait()?;
+            return self.wait();
         }
-        Ok(())
+        Ok(0)
     }
 
     #[inline(always)]
-    fn wait(&self) -> Result<(), Abandoned> {
+    fn wait(&self) -> Result<u32, Abandoned> {
         self.p
             .wait_for_ownership(self.lane_mask, self.index, self.out)
             .map_err(|()| Abandoned {
@@ -1428,7 +1461,7 @@ impl<'p, 'a, S: Side, St: State> Port<'p, 'a, S, St> {
         // The server is passive: if it still owns the buffer it hands it back
         // to the client, so that the port is free for the next call.
         if S::INVERT && St::OWNS {
-            self.p.invert_outbox(self.lane_mask, self.index, self.out);
+            self.p.invert_outbox(self.lane_mask, self.index, self.out, 0);
         }
         if !S::INVERT && (St::RECEIVED || !St::OWNS) {
             // After a receive the client owns the port and it is idle; after a
@@ -1554,6 +1587,36 @@ impl<'p, 'a, St: CanRecv> Port<'p, 'a, ClientSide, St> {
         });
         let out = self.out;
         self.into_state(out)
+    }
+
+    /// [`recv_words`](Self::recv_words) for a reply the server may have sent
+    /// inline ([`send_inline`](Port::send_inline)): returns `Some(value)` if
+    /// the server's outbox word carried one (then no lane reads the packet
+    /// and `use_` is not called), `None` after `use_(buffer)` otherwise.
+    /// Every lane of the group gets the same: the word is the group's first
+    /// lane's load, broadcast.
+    #[inline]
+    pub fn recv_reply_words(
+        mut self,
+        words: usize,
+        use_: impl FnOnce(&Buffer),
+    ) -> (Port<'p, 'a, ClientSide, Received>, Option<u32>) {
+        let mut inline = None;
+        if let Ok(word) = self.take_next() {
+            if word & INLINE_BIT != 0 {
+                inline = Some(word >> INLINE_SHIFT);
+            } else {
+                let mut use_ = Some(use_);
+                let words = words.min(BUFFER_WORDS);
+                self.for_each_lane(|p, index, lane| {
+                    if let Some(f) = use_.take() {
+                        f(&p.read_buffer(index, lane, words))
+                    }
+                });
+            }
+        }
+        let out = self.out;
+        (self.into_state(out), inline)
     }
 
     /// Receive a stream sent with the server's `send_n` into `dst`: returns the
@@ -1901,7 +1964,29 @@ impl<'p, 'a, St: ServerCanSend> Port<'p, 'a, ServerSide, St> {
             self.wait()?;
         }
         self.each_word(0..words, |lane, w, word| word.write(value(lane, w)));
-        self.out = self.p.invert_outbox(self.lane_mask, self.index, self.out);
+        self.out = self.p.invert_outbox(self.lane_mask, self.index, self.out, 0);
+        let out = self.out;
+        Ok(self.into_state(out))
+    }
+
+    /// Hand the port to the client with `value` (at most [`INLINE_MAX`]) in
+    /// the server's outbox word instead of a packet: the client's
+    /// [`recv_reply_words`](Port::recv_reply_words) gets it without reading
+    /// the packet. The packet is left as it is. Every lane of the call gets
+    /// the same value.
+    ///
+    /// # Panics
+    /// If `value > INLINE_MAX` (a bug of the caller, which must send a
+    /// packet instead).
+    #[inline]
+    pub fn send_inline(mut self, value: u32) -> Result<Port<'p, 'a, ServerSide, Sent>, Abandoned> {
+        assert!(value <= INLINE_MAX, "inline reply {value:#x} exceeds INLINE_MAX");
+        if !St::OWNS {
+            self.wait()?;
+        }
+        self.out = self
+            .p
+            .invert_outbox(self.lane_mask, self.index, self.out, INLINE_BIT | value << INLINE_SHIFT);
         let out = self.out;
         Ok(self.into_state(out))
     }

@@ -856,7 +856,7 @@ fn drive(case: &Case, p: &Plan, dev: &Device<'_>) -> Result<Expected, String> {
 
     // The reply.
     dev.wait_owned(0, "reply")?;
-    let first: Vec<Buffer> = (0..lane_size).map(|l| dev.read(0, l)).collect();
+    let first: Vec<Buffer> = (0..lane_size).map(|l| dev.reply(0, l)).collect();
     let Some(d) = accepted else {
         let s = refusal.unwrap();
         for lane in iter_lanes(p.lanes) {
@@ -882,6 +882,18 @@ fn drive(case: &Case, p: &Plan, dev: &Device<'_>) -> Result<Expected, String> {
     }
     let status = |lane: u32| Status::from_u32(first[lane as usize].data[0] as u32);
     let detail = |lane: u32| (first[lane as usize].data[0] >> 32) as u32;
+    // The reply came inline exactly when the call frame's rule says so:
+    // every lane `Ok` with the same small return value.
+    let lead = p.lanes.trailing_zeros() as usize;
+    let same_small_ok = ret_len <= 8
+        && iter_lanes(p.lanes).all(|l| status(l) == Status::Ok && rets[l as usize] == rets[lead])
+        && call::inline_reply(first[lead].data[1]).is_some();
+    if dev.inline_reply(0).is_some() != same_small_ok {
+        return Err(format!(
+            "inline reply {:?}, but every lane Ok with one small value is {same_small_ok}",
+            dev.inline_reply(0)
+        ));
+    }
 
     // Out-buffers for the lanes that succeeded.
     let n_in = d.in_streams as usize;

@@ -154,6 +154,51 @@ fn two_clients_contend_for_one_port() {
     });
 }
 
+/// A reply inline in the server's outbox word, then one in the packet, on
+/// the same (only) port: the client gets each value from where it was sent
+/// (the inline bits of the first flip must not make the second call skip
+/// its packet), and the port ends at rest.
+#[test]
+fn inline_reply_then_packet_reply_on_one_port() {
+    builder().check(|| {
+        let mem = Mem::new(1);
+        let m2 = mem.clone();
+        let client = loom::thread::spawn(move || {
+            let client = m2.client();
+            let mut got = Vec::new();
+            for x in [7u64, 8] {
+                let mut v = 0;
+                let (port, inline) = client
+                    .open_from(0x10000, 0)
+                    .send(|b| b.data[0] = x)
+                    .recv_reply_words(1, |b| v = b.data[0]);
+                port.close();
+                got.push((inline, v));
+            }
+            assert_eq!(got, vec![(Some(8), 0), (None, 9)]);
+        });
+        let server = mem.server();
+        let mut served = 0;
+        while served < 2 {
+            let Some(port) = server.try_open(0..1) else {
+                loom::thread::yield_now();
+                continue;
+            };
+            let mut v = 0;
+            let port = port.recv(|_, b| v = b.data[0]).unwrap();
+            let port = if served == 0 {
+                port.send_inline(v as u32 + 1).unwrap()
+            } else {
+                port.send(|_, b| b.data[0] = v + 1).unwrap()
+            };
+            port.close();
+            served += 1;
+        }
+        client.join().unwrap();
+        assert!(server.all_idle());
+    });
+}
+
 /// Fire-and-forget: the client closes right after sending and immediately
 /// makes a second call on the same (only) port; the server must see both
 /// values, the second only after it handed the port back.

@@ -233,9 +233,22 @@ impl LaneCtx<'_, '_> {
             .close();
     }
 
+    /// A value for a call whose reply is `x + something`: a third of the
+    /// time the same small value on every lane of the warp (the reply goes
+    /// inline in the server's outbox word when the whole group has it), a
+    /// third a small one of this lane's, a third a large one (both in the
+    /// packet).
+    fn reply_seed(&mut self) -> u64 {
+        match self.rng.below(3) {
+            0 => (self.warp as u64) << 8 | 0x5,
+            1 => self.rng.next() >> 40,
+            _ => self.rng.next() >> 8,
+        }
+    }
+
     fn noop(&mut self) {
         self.next_tag(0);
-        let x = self.rng.next() >> 8;
+        let x = self.reply_seed();
         let r = self.stub.noop(x);
         assert_eq!(
             r,
@@ -250,7 +263,10 @@ impl LaneCtx<'_, '_> {
 
     fn mix(&mut self) {
         self.next_tag(0);
-        let x = self.rng.next() >> 8;
+        let x = self.reply_seed();
+        // Zeros a third of the time, so a warp's lanes may agree on the
+        // reply (inline) and still each have out-buffer packets after it.
+        let zeros = self.rng.below(3) == 0;
         // Half the time short enough to go inline with the frame (8
         // elements fit after MIX's 24-byte block), so groups mix lanes that
         // fit with lanes that do not.
@@ -259,7 +275,7 @@ impl LaneCtx<'_, '_> {
         } else {
             self.rng.below(40)
         };
-        let s: Vec<u32> = (0..n).map(|_| self.rng.next() as u32).collect();
+        let s: Vec<u32> = (0..n).map(|_| if zeros { 0 } else { self.rng.next() as u32 }).collect();
         let mut out = vec![0xeeeeu16; self.rng.below(70) as usize];
         let r = mix_stub(self.stub, x, &s, &mut out);
         let want = x.wrapping_add(s.iter().map(|&v| v as u64).sum::<u64>());

@@ -237,10 +237,17 @@ impl<'p, 'a> ClientCall<'p, 'a> {
     pub fn reply(self, ret: &mut [u8]) -> ClientReply<'p, 'a> {
         let mut word = 0u64;
         let words = 1 + ret.len().min(FIRST_PAYLOAD).div_ceil(8);
-        let port = self.port.recv_words(words, |b| {
+        let (port, inline) = self.port.recv_reply_words(words, |b| {
             word = b.data[0];
             read_block(0, b, ret);
         });
+        if let Some(value) = inline {
+            // Every lane `Ok` (status word 0) with this value, at most 8
+            // bytes of it (`call::inline_reply`).
+            for (i, r) in ret.iter_mut().enumerate() {
+                *r = (value as u64).checked_shr(8 * i as u32).unwrap_or(0) as u8;
+            }
+        }
         // A call the server refused as a whole (it could not trust or did not
         // know the frame) is answered with packet 0 only.
         let refused = matches!(

@@ -19,7 +19,12 @@
 //!    two round trips.
 //! 3. **Reply** (server → client, unless the method is fire-and-forget):
 //!    packet 0 holds, per lane, a [`Status`] word and the first 56 bytes of the
-//!    encoded return value; further packets the rest.
+//!    encoded return value; further packets the rest. When every lane of the
+//!    call is `Ok` with the same encoded return value of at most 8 bytes whose
+//!    little-endian value is at most [`INLINE_MAX`](crate::protocol::INLINE_MAX)
+//!    (a `()`, a `bool`, a small integer), the server sends it **inline** in
+//!    its outbox word instead ([`inline_reply`]) and writes no packet: the
+//!    client has the answer when it sees the flip, one bus round trip sooner.
 //! 4. **Out-buffers** (server → client, lanes whose status is `Ok`): for each
 //!    `&mut [T]`, `ceil(len / (64 / size_of T))` packets of whole elements.
 //! 5. Both sides close.
@@ -66,8 +71,31 @@ mod client;
 
 pub use client::{direct_items, fail, halt, out_len_word, stream_len_word, ClientCall, ClientReply};
 
-/// Frame format version carried in every frame word.
-pub const FRAME_VERSION: u8 = 1;
+/// Frame format version carried in every frame word (2: replies may come
+/// inline in the server's outbox word; a client of version 1 would read
+/// them from the packet, so the server refuses its frames).
+pub const FRAME_VERSION: u8 = 2;
+
+/// The inline form of a reply whose every lane is `Ok` with the return
+/// value `ret` (the encoded value of at most 8 bytes as a little-endian
+/// word): `Some` when it fits ([`INLINE_MAX`](crate::protocol::INLINE_MAX)).
+/// The one rule both halves follow (step 3 of the exchange above).
+///
+/// ```
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::call::inline_reply;
+/// assert_eq!(inline_reply(0), Some(0)); // `()`
+/// assert_eq!(inline_reply(42), Some(42));
+/// assert_eq!(inline_reply(1 << 30), None); // goes in the packet
+/// ```
+#[inline]
+pub const fn inline_reply(ret: u64) -> Option<u32> {
+    if ret <= crate::protocol::INLINE_MAX as u64 {
+        Some(ret as u32)
+    } else {
+        None
+    }
+}
 /// Most bytes of encoded arguments a method may take (spilled over packets).
 pub const MAX_ARG_BYTES: usize = 4096;
 /// Most bytes of encoded return value a method may give.

@@ -47,6 +47,10 @@ constexpr u32 BUFFER_BYTES = 64;
 constexpr u32 BUFFER_WORDS = 8;
 constexpr u32 FIRST_PAYLOAD = BUFFER_BYTES - 8;
 // protocol.rs: the client-local nibble of a port.
+// protocol.rs: the mailbox word's ownership bit and inline reply.
+constexpr u32 OWNER_BIT = 1;
+constexpr u32 INLINE_BIT = 2;
+constexpr u32 INLINE_SHIFT = 2;
 constexpr u32 LOCK_BIT = 1;
 constexpr u32 SHADOW_OUTBOX = 2;
 constexpr u32 KNOWN_IDLE = 4;
@@ -193,6 +197,7 @@ struct Port {
   u32 state;
   __device__ void send_words(u32 words, const u64* data);
   __device__ void recv_words(u32 words, u64* data);
+  __device__ void recv_reply_words(u32 words, u64* data);
   __device__ void close();
 };
 
@@ -276,11 +281,14 @@ struct Client {
     return flipped;
   }
 
-  // protocol.rs `Process::wait_for_ownership`.
-  __device__ void wait(u32 mask, u32 index, u32 out) {
-    while (load_inbox(mask, index) != out) lanes::sleep_briefly();
+  // protocol.rs `Process::wait_for_ownership`: returns the inbox word that
+  // showed ownership (it may carry an inline reply).
+  __device__ u32 wait(u32 mask, u32 index, u32 out) {
+    u32 inbox;
+    while (((inbox = load_inbox(mask, index)) & OWNER_BIT) != out) lanes::sleep_briefly();
     mem::fence_sys();
     lanes::sync(mask);
+    return inbox;
   }
 
   // protocol.rs `Client::open_keyed`: the group is the active lanes with this
@@ -297,7 +305,7 @@ struct Client {
         u32 outbox = (state & SHADOW_OUTBOX) != 0;
         bool idle = (state & KNOWN_IDLE) != 0;
         u32 inbox = idle ? outbox : load_inbox(mask, index);
-        if (inbox == outbox) {
+        if ((inbox & OWNER_BIT) == outbox) {
           if (!idle) mem::fence_sys();
           if (lanes::is_first_lane(mask)) {
             u8* h = headers + (u64)index * 64;
@@ -335,6 +343,22 @@ __device__ inline void Port::recv_words(u32 words, u64* data) {
   client->wait(mask, index, out);
   u32 lane = lanes::lane_id();
   for (u32 w = 0; w < BUFFER_WORDS; ++w) data[w] = w < words ? mem::load_sys(client->word(index, lane, w)) : 0;
+  state = PORT_RECEIVED;
+}
+
+// protocol.rs `Port::recv_reply_words`: an inline reply (call/mod.rs
+// `inline_reply`) comes out as the packet it stands for: status word 0
+// (`Ok`), then the value.
+__device__ inline void Port::recv_reply_words(u32 words, u64* data) {
+  if (state == PORT_RECEIVED) out = client->invert_outbox(mask, index, out);
+  u32 inbox = client->wait(mask, index, out);
+  u32 lane = lanes::lane_id();
+  for (u32 w = 0; w < BUFFER_WORDS; ++w) {
+    if (inbox & INLINE_BIT)
+      data[w] = w == 1 ? (u64)(inbox >> INLINE_SHIFT) : 0;
+    else
+      data[w] = w < words ? mem::load_sys(client->word(index, lane, w)) : 0;
+  }
   state = PORT_RECEIVED;
 }
 
@@ -595,7 +619,7 @@ struct Call {
   __device__ void reply(u8* ret, u32 ret_len) {
     u64 b[BUFFER_WORDS];
     u32 first = ret_len < FIRST_PAYLOAD ? ret_len : FIRST_PAYLOAD;
-    port.recv_words(1 + (first + 7) / 8, b);
+    port.recv_reply_words(1 + (first + 7) / 8, b);
     result.status = (u32)b[0];
     result.detail = (u32)(b[0] >> 32);
     read_block(0, b, ret, ret_len);

@@ -8,7 +8,7 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
 use super::CpuRegion;
 use crate::call::Status;
-use crate::protocol::{Buffer, Layout, BUFFER_BYTES, BUFFER_WORDS};
+use crate::protocol::{Buffer, Layout, BUFFER_BYTES, BUFFER_WORDS, INLINE_BIT, INLINE_SHIFT, OWNER_BIT};
 
 /// Raw access to a [`CpuRegion`]'s shared memory, as a misbehaving device has
 /// it (the client lock words are not used).
@@ -137,8 +137,12 @@ impl<'r> RawDevice<'r> {
     /// visible to [`read`](Self::read)).
     pub fn owned(&self, port: u32) -> bool {
         // Relaxed: the acquire fence below orders the packet reads.
-        let owned =
-            self.client_outbox(port).load(Ordering::Relaxed) == self.server_outbox(port).load(Ordering::Relaxed);
+        // Only the ownership bits count (the server's word may carry an
+        // inline reply).
+        let owned = (self.client_outbox(port).load(Ordering::Relaxed)
+            ^ self.server_outbox(port).load(Ordering::Relaxed))
+            & OWNER_BIT
+            == 0;
         if owned {
             // Acquire: the server's packet writes, released before its flip,
             // are visible to the reads that follow.
@@ -157,10 +161,41 @@ impl<'r> RawDevice<'r> {
         self.flip(port);
     }
 
-    /// The status word of lane `lane`'s reply on `port`; panics if the server
-    /// has not handed the port back.
+    /// The inline reply the server's last hand-back of `port` carried in its
+    /// outbox word (every lane `Ok` with this value: the call frame's
+    /// `inline_reply`), or `None` if the reply is in the packet.
+    pub fn inline_reply(&self, port: u32) -> Option<u32> {
+        // Relaxed: a value read with the flip it came with (after `owned`).
+        let word = self.server_outbox(port).load(Ordering::Relaxed);
+        (word & INLINE_BIT != 0).then_some(word >> INLINE_SHIFT)
+    }
+
+    /// The status of lane `lane`'s reply on `port` (`Ok` for an inline
+    /// reply); panics if the server has not handed the port back.
     pub fn status(&self, port: u32, lane: u32) -> Status {
         assert!(self.owned(port), "the server did not hand port {port} back");
+        if self.inline_reply(port).is_some() {
+            return Status::Ok;
+        }
         Status::from_u32(self.read(port, lane).data[0] as u32)
+    }
+
+    /// Packet 0 of lane `lane`'s reply on `port` as the client's stub sees it
+    /// (after [`owned`](Self::owned)): an inline reply as the packet it
+    /// stands for, word 0 the status (`Ok`, 0) and word 1 the value.
+    pub fn reply(&self, port: u32, lane: u32) -> Buffer {
+        match self.inline_reply(port) {
+            Some(v) => {
+                let mut b = Buffer::default();
+                b.data[1] = v as u64;
+                b
+            }
+            None => self.read(port, lane),
+        }
+    }
+
+    /// Word `w` of [`reply`](Self::reply).
+    pub fn reply_word(&self, port: u32, lane: u32, w: usize) -> u64 {
+        self.reply(port, lane).data[w]
     }
 }

@@ -255,7 +255,7 @@ mod tests {
         assert_eq!(served, 16);
         for &p in &missing {
             assert!(dev.owned(p), "port {p} left unserved");
-            assert_eq!(dev.read_word(p, 0, 1), p as u64 + 1, "port {p}");
+            assert_eq!(dev.reply_word(p, 0, 1), p as u64 + 1, "port {p}");
         }
     }
 

@@ -468,13 +468,19 @@ impl Dispatcher {
             return Ok(());
         }
 
-        // Reply: status + return value (zeros where the method stored none).
+        // Reply: status + return value (zeros where the method stored none),
+        // inline in the outbox word when every lane has the same small one.
         let rets = &*call.rets.borrow();
-        let reply_words = 1 + ret_len.min(call::FIRST_PAYLOAD).div_ceil(8);
-        let port = port.send_each_word(reply_words, |lane, w| match w {
-            0 => call.status[lane as usize] as u32 as u64 | (call.detail[lane as usize] as u64) << 32,
-            _ => rets.word(lane, w - 1),
-        })?;
+        let port = match inline_reply(&call, rets, ret_len) {
+            Some(value) => port.send_inline(value)?,
+            None => {
+                let reply_words = 1 + ret_len.min(call::FIRST_PAYLOAD).div_ceil(8);
+                port.send_each_word(reply_words, |lane, w| match w {
+                    0 => call.status[lane as usize] as u32 as u64 | (call.detail[lane as usize] as u64) << 32,
+                    _ => rets.word(lane, w - 1),
+                })?
+            }
+        };
         let mut port = port.send_packets(spill, |lane, i, b| call::fill_block(i + 1, rets.get(lane), b))?;
 
         // Out-buffers, for the lanes that succeeded.
@@ -622,6 +628,19 @@ impl Scratch {
 
 std::thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::new());
+}
+
+/// The reply of `call` as one inline value ([`call::inline_reply`]'s rule),
+/// or `None` when it must go in the packet.
+fn inline_reply(call: &ServerCall<'_>, rets: &LaneRecords, ret_len: usize) -> Option<u32> {
+    if call.ok != call.lanes || call.lanes == 0 || ret_len > 8 {
+        return None;
+    }
+    let first = rets.word(call.lanes.trailing_zeros(), 0);
+    if iter_lanes(call.lanes).any(|lane| rets.word(lane, 0) != first) {
+        return None;
+    }
+    call::inline_reply(first)
 }
 
 /// The lanes of `lanes` whose status is still `Ok`.

@@ -80,6 +80,28 @@ mod nvptx {
         unsafe { *out.add(g) = x };
     }
 
+    /// `rpc_incr_kernel` with thread `g` starting at `base + g * stride`:
+    /// `stride` 0 gives every lane of a warp the same value, so each reply
+    /// is the same on every lane (inline in the server's outbox word while it
+    /// fits in 30 bits); a `base` of 2^40 gives one-lane replies that never
+    /// fit (in the packet).
+    ///
+    /// # Safety
+    /// As `rpc_noop_kernel`.
+    #[no_mangle]
+    pub unsafe extern "ptx-kernel" fn rpc_incr_from_kernel(desc: ClientDesc, iters: u32, out: *mut u64, base: u64, stride: u64) {
+        let (g, _) = gid();
+        // SAFETY: the host passed a live descriptor.
+        let client = unsafe { Client::from_desc(&desc) };
+        let bench = BenchClient::new(&client);
+        let mut x = base.wrapping_add((g as u64).wrapping_mul(stride));
+        for _ in 0..iters {
+            x = bench.incr(x);
+        }
+        // SAFETY: one slot per thread.
+        unsafe { *out.add(g) = x };
+    }
+
     /// Streams `bytes` bytes of `data` to the host `iters` times (bandwidth).
     ///
     /// # Safety

@@ -85,6 +85,14 @@ fn noop_start(gid: u64) -> u64 {
     gid
 }
 
+/// Where `rpc_incr_from_kernel` starts for the one-lane row whose replies
+/// do not fit inline (2^40).
+const LARGE_START: u64 = 1 << 40;
+
+fn large_start(_: u64) -> u64 {
+    LARGE_START
+}
+
 /// Where thread `gid` of `rpc_incr_kernel` starts counting.
 fn incr_start(gid: u64) -> u64 {
     gid * 1_000_000
@@ -207,6 +215,18 @@ fn pingpong_steps(dev: &CudaDevice, module: &Module, iters: u32, steps: u32) -> 
 /// Seconds per call of a counting kernel with `threads` threads in one block.
 /// Seconds per round trip of `kernel` (whose threads start at `start`).
 fn per_call(dev: &CudaDevice, kernel: &Kernel<'_>, start: fn(u64) -> u64, threads: u32, iters: u32) -> f64 {
+    per_call_from(dev, kernel, start, threads, iters, &[])
+}
+
+/// [`per_call`] with `more` arguments after the kernel's `(iters, out)`.
+fn per_call_from(
+    dev: &CudaDevice,
+    kernel: &Kernel<'_>,
+    start: fn(u64) -> u64,
+    threads: u32,
+    iters: u32,
+    more: &[KernelArg],
+) -> f64 {
     let out = PinnedBuffer::new(dev, threads as usize * 8).unwrap();
     let d = round_trip_dispatcher();
     let region = CudaRegion::new(dev, 1).unwrap();
@@ -220,7 +240,7 @@ fn per_call(dev: &CudaDevice, kernel: &Kernel<'_>, start: fn(u64) -> u64, thread
         kernel,
         &cfg,
         &d,
-        &[KernelArg::U32(iters), KernelArg::Ptr(out.device_ptr())],
+        &[&[KernelArg::U32(iters), KernelArg::Ptr(out.device_ptr())], more].concat(),
     )
     .unwrap();
     assert_eq!(r.errors, 0);
@@ -234,12 +254,13 @@ fn null(dev: &CudaDevice, module: &Module) {
     let iters = 20_000;
     let noop = module.kernel("rpc_noop_kernel").unwrap();
     let incr = module.kernel("rpc_incr_kernel").unwrap();
+    let incr_from = module.kernel("rpc_incr_from_kernel").unwrap();
     // Warm up the module, the driver and the page tables.
     per_call(dev, &noop, noop_start, 1, 100);
     pingpong(dev, module, 1000);
     // The workloads alternate within each repetition, so a slow moment of
     // the machine falls on all of them alike.
-    let mut runs: [Vec<f64>; 8] = Default::default();
+    let mut runs: [Vec<f64>; 10] = Default::default();
     for _ in 0..REPS {
         runs[0].push(pingpong(dev, module, iters));
         runs[1].push(per_call(dev, &noop, noop_start, 1, iters));
@@ -254,8 +275,15 @@ fn null(dev: &CudaDevice, module: &Module) {
             iters,
             STEP_PAYLOAD | STEP_REPLY | STEP_LOCK,
         ));
+        // The reply's two forms: a one-lane reply too large to go inline,
+        // and a warp whose lanes all get the same small reply (inline).
+        let big = [KernelArg::U64(LARGE_START), KernelArg::U64(0)];
+        runs[8].push(per_call_from(dev, &incr_from, large_start, 1, iters, &big));
+        let same = [KernelArg::U64(0), KernelArg::U64(0)];
+        runs[9].push(per_call_from(dev, &incr_from, |_| 0, 32, iters / 4, &same));
     }
-    let [floor, one, one_incr, warp, warp_incr, payload, reply, lock] = runs.map(|mut v| spread(&mut v));
+    let [floor, one, one_incr, warp, warp_incr, payload, reply, lock, one_big, warp_same] =
+        runs.map(|mut v| spread(&mut v));
     println!("\n### 1. Null round trip (one port, one host server thread, {iters} calls, {REPS} launches each)\n");
     println!("| workload | µs per call, median [min, max] | × floor (medians) |");
     println!("|---|---:|---:|");
@@ -264,10 +292,18 @@ fn null(dev: &CudaDevice, module: &Module) {
         ("  + two payload words written before the flag", payload),
         ("  + a reply word read after the host's flag", reply),
         ("  + a lock in device memory around it", lock),
-        ("runtime no-op, 1 lane", one),
-        ("generated `Bench::incr`, 1 lane", one_incr),
-        ("runtime no-op, 1 warp (32 lanes)", warp),
-        ("generated `Bench::incr`, 1 warp", warp_incr),
+        ("runtime no-op, 1 lane (reply inline)", one),
+        ("generated `Bench::incr`, 1 lane (reply inline)", one_incr),
+        (
+            "generated `Bench::incr`, 1 lane, reply over 30 bits (in the packet)",
+            one_big,
+        ),
+        ("runtime no-op, 1 warp (32 lanes, 32 replies in the packet)", warp),
+        ("generated `Bench::incr`, 1 warp (32 replies in the packet)", warp_incr),
+        (
+            "generated `Bench::incr`, 1 warp, one reply on every lane (inline)",
+            warp_same,
+        ),
     ] {
         println!(
             "| {name} | {:.2} [{:.2}, {:.2}] | {:.2} |",
