@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use gpu_example_services::conform::{
-    fill_value, fill_word, gen_text, gen_words, mix_value, note_digest, record_value, sum_value, text_value, Call, End,
-    LaneResult, Method, Model, Rec, Scratch, Want, METHODS, NO_BAD, RESULT_WORDS,
+    ack_value, fill_value, fill_word, gen_text, gen_words, mix_value, note_digest, record_value, sum_value, text_value,
+    Call, End, LaneResult, Method, Model, Rec, Scratch, Want, METHODS, NO_BAD, RESULT_WORDS,
 };
 use gpu_example_services::Conform;
 use gpu_rpc::server::Dispatcher;
@@ -60,6 +60,7 @@ enum Got<'a> {
     Mix { a: u64, b: i32, c: u8, d: bool, e: f64 },
     Record(Rec),
     Text(&'a str),
+    Ack(u32),
     Sum(&'a [u32]),
     Fill { key: u64, len: usize },
     Finish,
@@ -71,6 +72,7 @@ impl Got<'_> {
             Got::Mix { .. } => Method::Mix,
             Got::Record(_) => Method::Record,
             Got::Text(_) => Method::Text,
+            Got::Ack(_) => Method::Ack,
             Got::Sum(_) => Method::Sum,
             Got::Fill { .. } => Method::Fill,
             Got::Finish => Method::Finish,
@@ -91,6 +93,7 @@ impl Got<'_> {
                 }),
             ) => (a, b, c, d, e.to_bits()) == (wa, wb, wc, wd, we.to_bits()),
             (Got::Record(r), Want::Call(Call::Record(w))) => r == w,
+            (Got::Ack(x), Want::Call(Call::Ack { x: wx })) => x == wx,
             (Got::Text(s), Want::Call(Call::Text { len, seed })) => s == gen_text(seed, len, scratch.bytes()),
             (Got::Sum(v), Want::Call(Call::Sum { len, seed })) => v == gen_words(seed, len, scratch.words()),
             (Got::Fill { key, len }, Want::Call(Call::Fill { key: wk, len: wl })) => key == wk && len == wl as usize,
@@ -103,6 +106,7 @@ impl Got<'_> {
         match self {
             Got::Mix { a, b, c, d, e } => format!("mix(a={a:#x}, b={b}, c={c}, d={d}, e={e:e})"),
             Got::Record(r) => format!("record(id={:#x}, ..)", r.id),
+            Got::Ack(x) => format!("ack(x={x:#x})"),
             Got::Text(s) => format!("text({} bytes, fnv {:#x})", s.len(), fnv(s.as_bytes())),
             Got::Sum(v) => format!("sum({} words, first {:?})", v.len(), v.first()),
             Got::Fill { key, len } => format!("fill(key={key:#x}, {len} words)"),
@@ -132,6 +136,7 @@ fn describe_want(want: &Want, scratch: &mut Scratch) -> String {
             )
         }
         Want::Call(Call::Fill { key, len }) => format!("fill(key={key:#x}, {len} words)"),
+        Want::Call(Call::Ack { x }) => format!("ack(x={x:#x})"),
         Want::Call(Call::Note { v, len, .. }) => format!("note(v={v:#x}, {len}-byte tag)"),
         Want::Finish => "finish".to_string(),
     }
@@ -466,6 +471,11 @@ impl Conform for ConformHost {
     fn sum(&self, gid: u32, step: u32, v: &[u32]) -> u64 {
         self.sync(gid, step, Got::Sum(v));
         sum_value(gid, step, v)
+    }
+
+    fn ack(&self, gid: u32, step: u32, x: u32) -> u32 {
+        self.sync(gid, step, Got::Ack(x));
+        ack_value(x)
     }
 
     fn fill(&self, gid: u32, step: u32, key: u64, out: &mut [u64]) -> u32 {

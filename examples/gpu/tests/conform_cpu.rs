@@ -97,6 +97,7 @@ fn programs_cover_the_control_flow() {
     let mut lengths = std::collections::BTreeSet::new();
     let mut kinds = [0u64; METHODS];
     let mut long_texts = 0;
+    let mut acks = [0u32; 2];
     for gid in 0..256 {
         let mut m = Model::new(7, gid, STEPS);
         let mut n = 0;
@@ -109,6 +110,11 @@ fn programs_cover_the_control_flow() {
                     if let Call::Text { len, .. } = c {
                         long_texts += (len > 200) as u32;
                     }
+                    // Both forms of an `ack` reply: small enough to go
+                    // inline, and too large.
+                    if let Call::Ack { x } = c {
+                        acks[(x > gpu_rpc::protocol::INLINE_MAX) as usize] += 1;
+                    }
                 }
                 Want::Finish => kinds[Method::Finish as usize] += 1,
             }
@@ -117,6 +123,7 @@ fn programs_cover_the_control_flow() {
         lengths.insert(n);
     }
     assert!(lengths.len() > 20, "lane lengths {lengths:?}");
+    assert!(acks.iter().all(|&n| n > 0), "acks (inline, in the packet) {acks:?}");
     // Lanes of one group share the shape of their programs: their first
     // calls (made at the same op, unless the lane left at once) are of one
     // method; across groups the methods differ.
@@ -192,6 +199,9 @@ fn checker_reports_a_wrong_result() {
             }
             Want::Call(Call::Fill { key, len }) => {
                 host.fill(0, step, key, &mut vec![0; len as usize]);
+            }
+            Want::Call(Call::Ack { x }) => {
+                host.ack(0, step, x);
             }
             Want::Call(Call::Note { v, len, seed }) => {
                 let mut buf = [0u8; 400];

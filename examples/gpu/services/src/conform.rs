@@ -195,6 +195,13 @@ pub fn fill_digest(ret: u32, out: &[u64]) -> u64 {
     h
 }
 
+/// What [`Conform::ack`](crate::Conform::ack) returns: a function of `x`
+/// alone that keeps a small `x` small.
+#[inline(always)]
+pub fn ack_value(x: u32) -> u32 {
+    x ^ 0x2a
+}
+
 /// The summary word of a `mix` reply.
 #[inline(always)]
 pub fn mix_word(r: (u64, f64)) -> u64 {
@@ -279,6 +286,11 @@ pub enum Call {
         /// Out-buffer length in elements.
         len: u32,
     },
+    /// [`Conform::ack`](crate::Conform::ack) with `x` from the group's draw.
+    Ack {
+        /// The argument (below 2^20 half the time).
+        x: u32,
+    },
     /// [`Conform::note`](crate::Conform::note) (fire-and-forget) with the tag
     /// `gen_text(seed, len)`.
     Note {
@@ -309,15 +321,17 @@ pub enum Method {
     Note = 5,
     /// `finish` (`-> !`)
     Finish = 6,
+    /// `ack`
+    Ack = 7,
 }
 
 /// Number of [`Method`]s.
-pub const METHODS: usize = 7;
+pub const METHODS: usize = 8;
 
 impl Method {
     /// The method's name.
     pub fn name(self) -> &'static str {
-        ["mix", "record", "text", "sum", "fill", "note", "finish"][self as usize]
+        ["mix", "record", "text", "sum", "fill", "note", "finish", "ack"][self as usize]
     }
 }
 
@@ -330,6 +344,7 @@ impl Call {
             Call::Text { .. } => Method::Text,
             Call::Sum { .. } => Method::Sum,
             Call::Fill { .. } => Method::Fill,
+            Call::Ack { .. } => Method::Ack,
             Call::Note { .. } => Method::Note,
         }
     }
@@ -349,6 +364,7 @@ impl Call {
                 }
                 fill_digest(fill_value(gid, step, k, len as usize), out)
             }
+            Call::Ack { x } => ack_value(x) as u64,
             Call::Note { .. } => 0,
         }
     }
@@ -578,7 +594,7 @@ impl Program {
     /// lane's own.
     #[inline(always)]
     fn call(&self, what: Draw, k: u32, j: u32, any: bool) -> Call {
-        let method = self.rng(true, what, k, j | 0x80_0000).below(if any { 6 } else { 5 });
+        let method = self.rng(true, what, k, j | 0x80_0000).below(if any { 7 } else { 6 });
         let r = &mut self.rng(false, what, k, j | 0x80_0000);
         match method {
             0 => {
@@ -624,6 +640,17 @@ impl Program {
                 key: r.next_u64(),
                 len: r.len(FILL_MAX),
             },
+            5 => {
+                // The group's draw: lanes at the same point share `x`.
+                let s = &mut self.rng(true, what, k, j | 0x40_0000);
+                Call::Ack {
+                    x: if s.below(2) == 0 {
+                        s.below(1 << 20)
+                    } else {
+                        s.next_u64() as u32
+                    },
+                }
+            }
             _ => Call::Note {
                 v: r.next_u64(),
                 len: r.len(TAG_MAX),
@@ -782,6 +809,13 @@ impl Lane {
                     Err(err) => self.error(step, err.status),
                 }
             }
+            Call::Ack { x } => match c.try_ack(gid, step, x) {
+                Ok(got) => {
+                    self.check(step, got == ack_value(x));
+                    got as u64
+                }
+                Err(err) => self.error(step, err.status),
+            },
             Call::Note { v, len, seed } => {
                 c.note(gid, step, v, gen_text(seed, len, self.scratch.bytes()));
                 0

@@ -52,6 +52,11 @@ pub trait Conform {
     /// An out-buffer the host fills with [`conform::fill_word`]; returns
     /// [`conform::fill_value`].
     fn fill(&self, gid: u32, step: u32, key: u64, out: &mut [u64]) -> u32;
+    /// A value the lanes of a group share when they make the call at the
+    /// same point of their programs; returns [`conform::ack_value`], of `x`
+    /// alone, so such lanes get one reply (inline in the server's outbox word
+    /// when it fits in 30 bits, in the packet otherwise).
+    fn ack(&self, gid: u32, step: u32, x: u32) -> u32;
     /// Fire-and-forget: the lane does not wait for the host.
     #[gpu_rpc(async)]
     fn note(&self, gid: u32, step: u32, v: u64, tag: &str);
