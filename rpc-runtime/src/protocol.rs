@@ -32,8 +32,8 @@
 //!
 //! *Each mailbox word is written by exactly one side.* The client writes the
 //! client outbox (the server's inbox), the server writes the server outbox
-//! (the client's inbox). With `C` the client outbox and `S` the server outbox
-//! of a port:
+//! (the client's inbox). With `C` bit 0 of the client outbox and `S` bit 0
+//! of the server outbox of a port (the ownership bits, below):
 //!
 //! * the **client owns** the port's header and packet when `S == C`;
 //! * the **server owns** them when `C != S` (it reads its inbox inverted).
@@ -42,7 +42,8 @@
 //! away by flipping its own outbox after a release fence; the other side sees
 //! the flip, issues an acquire fence and only then reads the packet.
 //!
-//! Only bit 0 of a mailbox word is the ownership bit, and only it is compared.
+//! Only bit 0 of a mailbox word is the ownership bit, and only it is compared
+//! (a flip rewrites the whole word).
 //! The client's outbox has no other bit set (the server ignores them if a
 //! device sets them). The server's outbox may carry an **inline reply** in
 //! the same store as the flip: bit 1 set, a value of at most 30 bits in bits
@@ -75,6 +76,8 @@
 //!  send(fill)    write packet, C := !C  ───►  try_open: C != S, lock
 //!                                              recv(use)   read packet
 //!  recv(use)     wait S == C, read    ◄───     send(fill)  write packet, S := !S
+//!                (an inline reply: in      ◄───     send_inline(v)  S := !S with v
+//!                 the word, no read)
 //!  ...           (every call mirrored on the other side)
 //!  close         unlock                        close  (if owning: S := !S), unlock
 //! ```
@@ -350,13 +353,13 @@ pub const fn allocation_size(port_count: u32, lane_size: u32) -> usize {
 /// port was last closed after a receive, so the client owns it without
 /// reading the inbox). Keeping them in the lock's word means the lock's
 /// read-modify-write returns them too: opening a port is one device atomic.
-const LOCK_BIT: u32 = 1;
+pub(crate) const LOCK_BIT: u32 = 1;
 /// See [`LOCK_BIT`].
-const SHADOW_OUTBOX: u32 = 2;
+pub(crate) const SHADOW_OUTBOX: u32 = 2;
 /// See [`LOCK_BIT`].
-const KNOWN_IDLE: u32 = 4;
+pub(crate) const KNOWN_IDLE: u32 = 4;
 /// Ports per client-local word.
-const CLIENT_PORTS_PER_WORD: u32 = 8;
+pub(crate) const CLIENT_PORTS_PER_WORD: u32 = 8;
 
 /// `u32` words of zeroed device-local state the client side needs for
 /// `port_count` ports (lock, outbox copy and idle flag per port).

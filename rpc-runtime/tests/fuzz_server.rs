@@ -884,10 +884,16 @@ fn drive(case: &Case, p: &Plan, dev: &Device<'_>) -> Result<Expected, String> {
     let detail = |lane: u32| (first[lane as usize].data[0] >> 32) as u32;
     // The reply came inline exactly when the call frame's rule says so:
     // every lane `Ok` with the same small return value.
-    let lead = p.lanes.trailing_zeros() as usize;
-    let same_small_ok = ret_len <= 8
-        && iter_lanes(p.lanes).all(|l| status(l) == Status::Ok && rets[l as usize] == rets[lead])
-        && call::inline_reply(first[lead].data[1]).is_some();
+    let all_ok = iter_lanes(p.lanes).all(|l| status(l) == Status::Ok && detail(l) == 0);
+    // Each lane's return value as the little-endian word the rule takes
+    // (from what the client decoded, not from words past the value).
+    let ret_word = |l: u32| {
+        let r = &rets[l as usize];
+        let mut w = [0u8; 8];
+        w[..r.len().min(8)].copy_from_slice(&r[..r.len().min(8)]);
+        u64::from_le_bytes(w)
+    };
+    let same_small_ok = call::inline_reply(all_ok, ret_len, iter_lanes(p.lanes).map(ret_word)).is_some();
     if dev.inline_reply(0).is_some() != same_small_ok {
         return Err(format!(
             "inline reply {:?}, but every lane Ok with one small value is {same_small_ok}",

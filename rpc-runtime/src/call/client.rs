@@ -242,8 +242,8 @@ impl<'p, 'a> ClientCall<'p, 'a> {
             read_block(0, b, ret);
         });
         if let Some(value) = inline {
-            // Every lane `Ok` (status word 0) with this value, at most 8
-            // bytes of it (`call::inline_reply`).
+            // Every lane `Ok` (status word 0) with this value as the return
+            // value's bytes (`call::inline_reply`).
             for (i, r) in ret.iter_mut().enumerate() {
                 *r = (value as u64).checked_shr(8 * i as u32).unwrap_or(0) as u8;
             }
@@ -254,7 +254,14 @@ impl<'p, 'a> ClientCall<'p, 'a> {
             Status::from_u32(word as u32),
             Status::UnknownOpcode | Status::SignatureMismatch | Status::BadFrame | Status::InvalidLaneMask
         );
-        let spill = if refused { 0 } else { spill_packets(ret.len()) };
+        // An inline reply has no spill packets, whatever this side's
+        // `ret.len()` (a server sending one for a longer value would
+        // otherwise leave the client waiting for packets that never come).
+        let spill = if refused || inline.is_some() {
+            0
+        } else {
+            spill_packets(ret.len())
+        };
         let port = port.recv_packets(spill, |i, b| read_block(i + 1, b, ret));
         ClientReply {
             port,

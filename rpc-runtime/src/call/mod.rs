@@ -76,25 +76,32 @@ pub use client::{direct_items, fail, halt, out_len_word, stream_len_word, Client
 /// them from the packet, so the server refuses its frames).
 pub const FRAME_VERSION: u8 = 2;
 
-/// The inline form of a reply whose every lane is `Ok` with the return
-/// value `ret` (the encoded value of at most 8 bytes as a little-endian
-/// word): `Some` when it fits ([`INLINE_MAX`](crate::protocol::INLINE_MAX)).
-/// The one rule both halves follow (step 3 of the exchange above).
+/// Whether a reply goes inline in the server's outbox word (step 3 of the
+/// exchange above), and with which value: `all_ok` says every lane of the
+/// call is `Ok` (detail 0), `ret_len` is the encoded return value's length
+/// and `rets` each lane's first 8 bytes of it as a little-endian word (zero
+/// past `ret_len`). `Some` when the value is at most 8 bytes, the same on
+/// every lane and at most [`INLINE_MAX`](crate::protocol::INLINE_MAX). The
+/// rule, written once: the server decides with it; a client that sees an
+/// inline reply takes the status `Ok` and the value as the return value's
+/// bytes, and expects no spill packet.
 ///
 /// ```
 /// # use rpc_runtime as gpu_rpc;
 /// use gpu_rpc::call::inline_reply;
-/// assert_eq!(inline_reply(0), Some(0)); // `()`
-/// assert_eq!(inline_reply(42), Some(42));
-/// assert_eq!(inline_reply(1 << 30), None); // goes in the packet
+/// assert_eq!(inline_reply(true, 0, [0, 0]), Some(0)); // `()` on two lanes
+/// assert_eq!(inline_reply(true, 8, [42]), Some(42));
+/// assert_eq!(inline_reply(true, 8, [42, 43]), None); // lanes differ
+/// assert_eq!(inline_reply(true, 8, [1 << 30]), None); // too large
+/// assert_eq!(inline_reply(true, 12, [1]), None); // more than 8 bytes
+/// assert_eq!(inline_reply(false, 8, [42]), None); // a lane failed
 /// ```
 #[inline]
-pub const fn inline_reply(ret: u64) -> Option<u32> {
-    if ret <= crate::protocol::INLINE_MAX as u64 {
-        Some(ret as u32)
-    } else {
-        None
-    }
+pub fn inline_reply(all_ok: bool, ret_len: usize, rets: impl IntoIterator<Item = u64>) -> Option<u32> {
+    let mut rets = rets.into_iter();
+    let first = rets.next()?;
+    let fits = all_ok && ret_len <= 8 && first <= crate::protocol::INLINE_MAX as u64;
+    (fits && rets.all(|r| r == first)).then_some(first as u32)
 }
 /// Most bytes of encoded arguments a method may take (spilled over packets).
 pub const MAX_ARG_BYTES: usize = 4096;

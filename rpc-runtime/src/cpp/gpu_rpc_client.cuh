@@ -46,11 +46,11 @@ static_assert(sizeof(u16) == 2 && sizeof(u32) == 4 && sizeof(u64) == 8 && sizeof
 constexpr u32 BUFFER_BYTES = 64;
 constexpr u32 BUFFER_WORDS = 8;
 constexpr u32 FIRST_PAYLOAD = BUFFER_BYTES - 8;
-// protocol.rs: the client-local nibble of a port.
 // protocol.rs: the mailbox word's ownership bit and inline reply.
 constexpr u32 OWNER_BIT = 1;
 constexpr u32 INLINE_BIT = 2;
 constexpr u32 INLINE_SHIFT = 2;
+// protocol.rs: the client-local nibble of a port.
 constexpr u32 LOCK_BIT = 1;
 constexpr u32 SHADOW_OUTBOX = 2;
 constexpr u32 KNOWN_IDLE = 4;
@@ -197,7 +197,7 @@ struct Port {
   u32 state;
   __device__ void send_words(u32 words, const u64* data);
   __device__ void recv_words(u32 words, u64* data);
-  __device__ void recv_reply_words(u32 words, u64* data);
+  __device__ bool recv_reply_words(u32 words, u64* data);
   __device__ void close();
 };
 
@@ -348,8 +348,8 @@ __device__ inline void Port::recv_words(u32 words, u64* data) {
 
 // protocol.rs `Port::recv_reply_words`: an inline reply (call/mod.rs
 // `inline_reply`) comes out as the packet it stands for: status word 0
-// (`Ok`), then the value.
-__device__ inline void Port::recv_reply_words(u32 words, u64* data) {
+// (`Ok`), then the value. Returns whether the reply was inline.
+__device__ inline bool Port::recv_reply_words(u32 words, u64* data) {
   if (state == PORT_RECEIVED) out = client->invert_outbox(mask, index, out);
   u32 inbox = client->wait(mask, index, out);
   u32 lane = lanes::lane_id();
@@ -360,6 +360,7 @@ __device__ inline void Port::recv_reply_words(u32 words, u64* data) {
       data[w] = w < words ? mem::load_sys(client->word(index, lane, w)) : 0;
   }
   state = PORT_RECEIVED;
+  return (inbox & INLINE_BIT) != 0;
 }
 
 // protocol.rs `Port::close` (client side).
@@ -619,14 +620,15 @@ struct Call {
   __device__ void reply(u8* ret, u32 ret_len) {
     u64 b[BUFFER_WORDS];
     u32 first = ret_len < FIRST_PAYLOAD ? ret_len : FIRST_PAYLOAD;
-    port.recv_reply_words(1 + (first + 7) / 8, b);
+    bool inline_reply = port.recv_reply_words(1 + (first + 7) / 8, b);
     result.status = (u32)b[0];
     result.detail = (u32)(b[0] >> 32);
     read_block(0, b, ret, ret_len);
     // A call refused as a whole is answered with packet 0 only.
     bool refused = result.status == STATUS_UNKNOWN_OPCODE || result.status == STATUS_SIGNATURE_MISMATCH ||
                    result.status == STATUS_BAD_FRAME || result.status == STATUS_INVALID_LANE_MASK;
-    u64 spill = refused ? 0 : spill_packets(ret_len);
+    // An inline reply has no spill packets (call/client.rs says why).
+    u64 spill = refused || inline_reply ? 0 : spill_packets(ret_len);
     for (u64 i = 0; lanes::ballot(port.mask, i < spill) != 0; ++i) {
       port.recv_words(BUFFER_WORDS, b);
       if (i < spill) read_block(i + 1, b, ret, ret_len);

@@ -363,3 +363,31 @@ fn method(out: &mut String, service: &str, m: &Method<'_>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::protocol::{
+        BUFFER_BYTES, BUFFER_WORDS, CLIENT_PORTS_PER_WORD, INLINE_BIT, INLINE_SHIFT, KNOWN_IDLE, LOCK_BIT, OWNER_BIT,
+        SHADOW_OUTBOX,
+    };
+
+    /// The C++ client spells the protocol's numbers out: they must be the
+    /// Rust ones.
+    #[test]
+    fn client_header_constants_are_the_protocols() {
+        for (name, v) in [
+            ("BUFFER_BYTES", BUFFER_BYTES as u32),
+            ("BUFFER_WORDS", BUFFER_WORDS as u32),
+            ("OWNER_BIT", OWNER_BIT),
+            ("INLINE_BIT", INLINE_BIT),
+            ("INLINE_SHIFT", INLINE_SHIFT),
+            ("LOCK_BIT", LOCK_BIT),
+            ("SHADOW_OUTBOX", SHADOW_OUTBOX),
+            ("KNOWN_IDLE", KNOWN_IDLE),
+            ("CLIENT_PORTS_PER_WORD", CLIENT_PORTS_PER_WORD),
+        ] {
+            let line = format!("constexpr u32 {name} = {v};");
+            assert!(super::CLIENT_HEADER.contains(&line), "the C++ client lacks `{line}`");
+        }
+    }
+}

@@ -630,17 +630,18 @@ std::thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::new());
 }
 
-/// The reply of `call` as one inline value ([`call::inline_reply`]'s rule),
-/// or `None` when it must go in the packet.
+/// The reply of `call` as one inline value ([`call::inline_reply`]), or
+/// `None` when it goes in the packet.
 fn inline_reply(call: &ServerCall<'_>, rets: &LaneRecords, ret_len: usize) -> Option<u32> {
-    if call.ok != call.lanes || call.lanes == 0 || ret_len > 8 {
+    // (`ret_len` first: a longer reply never looks at the lanes' words.)
+    if ret_len > 8 {
         return None;
     }
-    let first = rets.word(call.lanes.trailing_zeros(), 0);
-    if iter_lanes(call.lanes).any(|lane| rets.word(lane, 0) != first) {
-        return None;
-    }
-    call::inline_reply(first)
+    call::inline_reply(
+        call.ok == call.lanes,
+        ret_len,
+        iter_lanes(call.lanes).map(|lane| rets.word(lane, 0)),
+    )
 }
 
 /// The lanes of `lanes` whose status is still `Ok`.
