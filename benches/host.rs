@@ -149,14 +149,14 @@ impl Workload {
     /// word and return value, the words a client reads).
     fn check(self, dev: &RawDevice<'_>, port: u32, lane: u32, n: u64) {
         assert_eq!(
-            Status::from_u32(dev.read_word(port, lane, 0) as u32),
+            Status::from_u32(dev.reply_word(port, lane, 0) as u32),
             Status::Ok,
             "{}: lane {lane}",
             self.name()
         );
         if !matches!(self, Workload::Line | Workload::LineInline) {
             assert_eq!(
-                dev.read_word(port, lane, 1),
+                dev.reply_word(port, lane, 1),
                 n + lane as u64 + 1,
                 "{}: lane {lane}",
                 self.name()
@@ -330,7 +330,7 @@ fn large(input: bool, len: usize, keep: usize, calls: u32) -> (f64, f64, f64) {
                 std::hint::spin_loop();
             }
             rates.push(len as f64 / t.elapsed().as_secs_f64() / 1e9);
-            let reply = dev.read(0, 0);
+            let reply = dev.reply(0, 0);
             assert_eq!((dev.status(0, 0), reply.data[1]), (Status::Ok, len as u64));
             assert!(input || data.iter().all(|&b| b == 1), "an out-buffer arrived wrong");
         }

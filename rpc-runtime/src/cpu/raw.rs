@@ -194,8 +194,12 @@ impl<'r> RawDevice<'r> {
         }
     }
 
-    /// Word `w` of [`reply`](Self::reply).
+    /// Word `w` of [`reply`](Self::reply) (reading that word alone).
     pub fn reply_word(&self, port: u32, lane: u32, w: usize) -> u64 {
-        self.reply(port, lane).data[w]
+        match self.inline_reply(port) {
+            Some(v) if w == 1 => v as u64,
+            Some(_) => 0,
+            None => self.read_word(port, lane, w),
+        }
     }
 }
