@@ -4,6 +4,8 @@
 # their embedded PTX, gpu-run, the CUDA backend's test binaries, the kernels'
 # PTX and the CUDA printf baseline source. Then run scripts/gpu-check.sh on a
 # machine with an NVIDIA GPU (only the driver is needed there).
+# GPU_OUT=.gpu-x builds into another folder (git-ignored too), e.g. to keep
+# two builds side by side for an A/B run; run them with GPU_DIR=.gpu-x.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${GPU_OUT:-.gpu}
