@@ -538,6 +538,38 @@ fn lying_inline_streams_are_refused() {
     assert_eq!((dev.status(0, 0), dev.reply_word(0, 0, 1)), (Status::Ok, 5));
 }
 
+/// A device that sets the bits of its outbox word above the ownership bit
+/// (only bit 0 is the protocol's): a port at rest stays at rest, and calls
+/// flipped with those bits set are served as any other, their small replies
+/// inline.
+#[test]
+fn bits_beside_the_ownership_bit_change_nothing() {
+    let (d, _) = dispatcher();
+    let region = CpuRegion::new(Layout::new(1, 1).unwrap());
+    let dev = raw_device(&region);
+    dev.scribble_outbox(0, 0xdead_bee0);
+    assert_eq!(serve_once(&d, &region), Ok(0), "nothing pending");
+    assert!(region.server().all_idle());
+    let add = |a: u64, b: u64| {
+        let mut block = [0u8; 16];
+        block[..8].copy_from_slice(&a.to_le_bytes());
+        block[8..].copy_from_slice(&b.to_le_bytes());
+        frame(RelRpc::ADD.frame_word().pack(), &block)
+    };
+    for (k, high) in [0xdead_bee0u32, 0xffff_fffe, 0x2].into_iter().enumerate() {
+        dev.set_header(0, RelRpc::ADD.opcode, 0b1);
+        dev.write(0, 0, &add(k as u64, 40));
+        dev.flip(0);
+        dev.scribble_outbox(0, high);
+        assert_eq!(serve_once(&d, &region), Ok(1), "call {k}");
+        assert!(dev.owned(0));
+        assert_eq!(dev.inline_reply(0), Some(k as u32 + 40), "call {k}");
+        assert_eq!((dev.status(0, 0), dev.reply_word(0, 0, 1)), (Status::Ok, k as u64 + 40));
+    }
+    assert!(region.server().all_idle());
+    assert!(d.errors().is_empty(), "{:?}", d.errors());
+}
+
 /// A warp-call whose host method panics on one lane: that lane alone is
 /// answered `HandlerPanicked` (one error naming the method, the panic and the
 /// lane), the lanes before and after it get their results, and the port

@@ -133,6 +133,17 @@ impl<'r> RawDevice<'r> {
         self.client_outbox(port).store(c ^ 1, Ordering::Relaxed);
     }
 
+    /// Set the bits of `port`'s client outbox above the ownership bit to
+    /// those of `high` (bit 0 kept): what a device with a bug might store.
+    /// The protocol compares ownership bits only, so nothing changes.
+    pub fn scribble_outbox(&self, port: u32, high: u32) {
+        // Relaxed: this device is the only writer of the client outbox; the
+        // word carries no data for the server.
+        let c = self.client_outbox(port).load(Ordering::Relaxed);
+        self.client_outbox(port)
+            .store((c & OWNER_BIT) | (high & !OWNER_BIT), Ordering::Relaxed);
+    }
+
     /// Whether the server has handed `port` back (then its packet writes are
     /// visible to [`read`](Self::read)).
     pub fn owned(&self, port: u32) -> bool {
