@@ -40,21 +40,21 @@
 //!
 //! The owner is the only side that touches the packet. It gives ownership
 //! away by flipping its own outbox after a release fence; the other side sees
-//! the flip, issues an acquire fence and only then reads the packet.
-//!
-//! Only bit 0 of a mailbox word is the ownership bit, and only it is compared
-//! (a flip rewrites the whole word).
-//! The client's outbox has no other bit set (the server ignores them if a
-//! device sets them). The server's outbox may carry an **inline reply** in
-//! the same store as the flip: bit 1 set, a value of at most 30 bits in bits
-//! `2..32` ([`INLINE_MAX`]). The client reads it from the word it polled, so
-//! a small answer costs no read of the packet after the flip: for a GPU that
-//! is one bus round trip fewer. A server sends one only where the client
-//! receives with [`recv_reply_words`](Port::recv_reply_words); what the value
-//! means is the caller's (the call frame's reply, `call/`). Shared
+//! the flip, issues an acquire fence and only then reads the packet. Shared
 //! words move with plain (relaxed) atomic loads and stores plus explicit
 //! fences — never a read-modify-write, which NVPTX's back end would silently
 //! weaken and which host memory reached over PCIe need not support.
+//!
+//! Only bit 0 of a mailbox word is the ownership bit, and only it is compared
+//! (a flip rewrites the whole word). The client's outbox has no other bit
+//! set (the server ignores them if a device sets them). The server's outbox
+//! may carry an **inline reply** in the same store as the flip: bit 1 set, a
+//! value of at most 30 bits in bits `2..32` ([`INLINE_MAX`]). The client
+//! reads it from the word it polled, so a small answer costs no read of the
+//! packet after the flip: for a GPU that is one bus round trip fewer. A
+//! server sends one only where the client receives with
+//! [`recv_reply_words`](Port::recv_reply_words); what the value means is the
+//! caller's (the call frame's reply, `call/`).
 //!
 //! Within one side, several warps (or server threads) compete for a port; the
 //! side-local lock bit decides which one uses it. One lane takes the lock for
