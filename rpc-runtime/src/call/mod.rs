@@ -98,10 +98,12 @@ pub const FRAME_VERSION: u8 = 2;
 /// ```
 #[inline]
 pub fn inline_reply(all_ok: bool, ret_len: usize, rets: impl IntoIterator<Item = u64>) -> Option<u32> {
+    if !all_ok || ret_len > 8 {
+        return None;
+    }
     let mut rets = rets.into_iter();
     let first = rets.next()?;
-    let fits = all_ok && ret_len <= 8 && first <= crate::protocol::INLINE_MAX as u64;
-    (fits && rets.all(|r| r == first)).then_some(first as u32)
+    (first <= crate::protocol::INLINE_MAX as u64 && rets.all(|r| r == first)).then_some(first as u32)
 }
 /// Most bytes of encoded arguments a method may take (spilled over packets).
 pub const MAX_ARG_BYTES: usize = 4096;

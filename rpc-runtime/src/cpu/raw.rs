@@ -185,24 +185,18 @@ impl<'r> RawDevice<'r> {
     /// reply); panics if the server has not handed the port back.
     pub fn status(&self, port: u32, lane: u32) -> Status {
         assert!(self.owned(port), "the server did not hand port {port} back");
-        if self.inline_reply(port).is_some() {
-            return Status::Ok;
-        }
-        Status::from_u32(self.read(port, lane).data[0] as u32)
+        Status::from_u32(self.reply_word(port, lane, 0) as u32)
     }
 
     /// Packet 0 of lane `lane`'s reply on `port` as the client's stub sees it
     /// (after [`owned`](Self::owned)): an inline reply as the packet it
     /// stands for, word 0 the status (`Ok`, 0) and word 1 the value.
     pub fn reply(&self, port: u32, lane: u32) -> Buffer {
-        match self.inline_reply(port) {
-            Some(v) => {
-                let mut b = Buffer::default();
-                b.data[1] = v as u64;
-                b
-            }
-            None => self.read(port, lane),
+        let mut b = Buffer::default();
+        for (w, v) in b.data.iter_mut().enumerate() {
+            *v = self.reply_word(port, lane, w);
         }
+        b
     }
 
     /// Word `w` of [`reply`](Self::reply) (reading that word alone).

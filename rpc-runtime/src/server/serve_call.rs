@@ -471,7 +471,8 @@ impl Dispatcher {
         // Reply: status + return value (zeros where the method stored none),
         // inline in the outbox word when every lane has the same small one.
         let rets = &*call.rets.borrow();
-        let port = match inline_reply(&call, rets, ret_len) {
+        let words = iter_lanes(call.lanes).map(|lane| rets.word(lane, 0));
+        let port = match call::inline_reply(call.ok == call.lanes, ret_len, words) {
             Some(value) => port.send_inline(value)?,
             None => {
                 let reply_words = 1 + ret_len.min(call::FIRST_PAYLOAD).div_ceil(8);
@@ -628,20 +629,6 @@ impl Scratch {
 
 std::thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::new());
-}
-
-/// The reply of `call` as one inline value ([`call::inline_reply`]), or
-/// `None` when it goes in the packet.
-fn inline_reply(call: &ServerCall<'_>, rets: &LaneRecords, ret_len: usize) -> Option<u32> {
-    // (`ret_len` first: a longer reply never looks at the lanes' words.)
-    if ret_len > 8 {
-        return None;
-    }
-    call::inline_reply(
-        call.ok == call.lanes,
-        ret_len,
-        iter_lanes(call.lanes).map(|lane| rets.word(lane, 0)),
-    )
 }
 
 /// The lanes of `lanes` whose status is still `Ok`.

@@ -89,10 +89,6 @@ fn noop_start(gid: u64) -> u64 {
 /// do not fit inline (2^40).
 const LARGE_START: u64 = 1 << 40;
 
-fn large_start(_: u64) -> u64 {
-    LARGE_START
-}
-
 /// Where thread `gid` of `rpc_incr_kernel` starts counting.
 fn incr_start(gid: u64) -> u64 {
     gid * 1_000_000
@@ -278,7 +274,7 @@ fn null(dev: &CudaDevice, module: &Module) {
         // The reply's two forms: a one-lane reply too large to go inline,
         // and a warp whose lanes all get the same small reply (inline).
         let big = [KernelArg::U64(LARGE_START), KernelArg::U64(0)];
-        runs[8].push(per_call_from(dev, &incr_from, large_start, 1, iters, &big));
+        runs[8].push(per_call_from(dev, &incr_from, |_| LARGE_START, 1, iters, &big));
         let same = [KernelArg::U64(0), KernelArg::U64(0)];
         runs[9].push(per_call_from(dev, &incr_from, |_| 0, 32, iters / 4, &same));
     }
