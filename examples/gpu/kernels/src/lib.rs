@@ -254,11 +254,31 @@ mod nvptx {
         let mut bad = 0;
         for i in 1..=iters {
             if steps & STEP_LOCK != 0 {
-                // Relaxed RMW (NVPTX drops orderings on RMWs): the fence
-                // below orders, as the protocol's `try_lock`.
-                while LOCK.fetch_or(1, Ordering::Relaxed) & 1 != 0 {}
-                // SAFETY: a fence instruction.
-                unsafe { core::arch::asm!("fence.acq_rel.gpu;", options(nostack, preserves_flags)) };
+                // Relaxed: a stale value only costs the RMW below.
+                if steps & STEP_LOCK_TEST != 0 && LOCK.load(Ordering::Relaxed) & 1 != 0 {
+                    bad += 1 << 16;
+                }
+                if steps & STEP_LOCK_ORDERED_RMW != 0 {
+                    let before: u32;
+                    // SAFETY: an acquiring atomic OR on the static lock word.
+                    unsafe {
+                        core::arch::asm!(
+                            "atom.acquire.gpu.or.b32 {b}, [{p}], 1;",
+                            b = out(reg32) before,
+                            p = in(reg64) LOCK.as_ptr(),
+                            options(nostack, preserves_flags)
+                        )
+                    };
+                    bad += (before & 1) << 16;
+                } else {
+                    // Relaxed RMW (NVPTX drops orderings on RMWs): the
+                    // fence below orders, as the protocol's `try_lock`.
+                    while LOCK.fetch_or(1, Ordering::Relaxed) & 1 != 0 {}
+                    if steps & STEP_LOCK_NO_FENCE == 0 {
+                        // SAFETY: a fence instruction.
+                        unsafe { core::arch::asm!("fence.acq_rel.gpu;", options(nostack, preserves_flags)) };
+                    }
+                }
             }
             if steps & STEP_PAYLOAD != 0 {
                 // Relaxed: published by the release store of the flag.
@@ -274,9 +294,22 @@ mod nvptx {
                 bad += 1;
             }
             if steps & STEP_LOCK != 0 {
-                // SAFETY: a fence instruction (the protocol's `unlock`).
-                unsafe { core::arch::asm!("fence.acq_rel.gpu;", options(nostack, preserves_flags)) };
-                LOCK.fetch_and(!1, Ordering::Relaxed);
+                if steps & STEP_LOCK_ORDERED_RMW != 0 {
+                    // SAFETY: a releasing atomic AND on the static lock word.
+                    unsafe {
+                        core::arch::asm!(
+                            "red.release.gpu.and.b32 [{p}], -2;",
+                            p = in(reg64) LOCK.as_ptr(),
+                            options(nostack, preserves_flags)
+                        )
+                    };
+                } else {
+                    if steps & STEP_LOCK_NO_FENCE == 0 {
+                        // SAFETY: a fence instruction (the protocol's `unlock`).
+                        unsafe { core::arch::asm!("fence.acq_rel.gpu;", options(nostack, preserves_flags)) };
+                    }
+                    LOCK.fetch_and(!1, Ordering::Relaxed);
+                }
             }
         }
         // Relaxed: read after the kernel ends.

@@ -25,3 +25,14 @@ pub const STEP_REPLY: u32 = 2;
 /// Step bit: a lock word in device memory taken and released around each
 /// round trip (a port's lock, with the protocol's GPU-scope fences).
 pub const STEP_LOCK: u32 = 4;
+/// Modifier of [`STEP_LOCK`]: the lock taken with one acquiring RMW
+/// (`atom.acquire.gpu`) and released with one releasing RMW
+/// (`red.release.gpu`), no separate fences.
+pub const STEP_LOCK_ORDERED_RMW: u32 = 8;
+/// Modifier of [`STEP_LOCK`]: the RMWs alone, no fences at all. Not a
+/// correct lock (one thread takes it here, so nothing goes wrong): it
+/// shows what the fences cost.
+pub const STEP_LOCK_NO_FENCE: u32 = 16;
+/// Modifier of [`STEP_LOCK`]: a plain load of the lock word before the RMW
+/// (the protocol's test before test-and-set).
+pub const STEP_LOCK_TEST: u32 = 32;

@@ -245,7 +245,7 @@ fn per_call_from(
 }
 
 fn null(dev: &CudaDevice, module: &Module) {
-    use pingpong::{STEP_LOCK, STEP_PAYLOAD, STEP_REPLY};
+    use pingpong::{STEP_LOCK, STEP_LOCK_NO_FENCE, STEP_LOCK_ORDERED_RMW, STEP_LOCK_TEST, STEP_PAYLOAD, STEP_REPLY};
     const REPS: usize = 3;
     let iters = 20_000;
     let noop = module.kernel("rpc_noop_kernel").unwrap();
@@ -256,7 +256,7 @@ fn null(dev: &CudaDevice, module: &Module) {
     pingpong(dev, module, 1000);
     // The workloads alternate within each repetition, so a slow moment of
     // the machine falls on all of them alike.
-    let mut runs: [Vec<f64>; 10] = Default::default();
+    let mut runs: [Vec<f64>; 13] = Default::default();
     for _ in 0..REPS {
         runs[0].push(pingpong(dev, module, iters));
         runs[1].push(per_call(dev, &noop, noop_start, 1, iters));
@@ -277,8 +277,13 @@ fn null(dev: &CudaDevice, module: &Module) {
         runs[8].push(per_call_from(dev, &incr_from, |_| LARGE_START, 1, iters, &big));
         let same = [KernelArg::U64(0), KernelArg::U64(0)];
         runs[9].push(per_call_from(dev, &incr_from, |_| 0, 32, iters / 4, &same));
+        // The lock's parts: how it is ordered, and its test load.
+        let all = STEP_PAYLOAD | STEP_REPLY | STEP_LOCK;
+        runs[10].push(pingpong_steps(dev, module, iters, all | STEP_LOCK_ORDERED_RMW));
+        runs[11].push(pingpong_steps(dev, module, iters, all | STEP_LOCK_NO_FENCE));
+        runs[12].push(pingpong_steps(dev, module, iters, all | STEP_LOCK_TEST));
     }
-    let [floor, one, one_incr, warp, warp_incr, payload, reply, lock, one_big, warp_same] =
+    let [floor, one, one_incr, warp, warp_incr, payload, reply, lock, one_big, warp_same, lock_ordered, lock_bare, lock_test] =
         runs.map(|mut v| spread(&mut v));
     println!("\n### 1. Null round trip (one port, one host server thread, {iters} calls, {REPS} launches each)\n");
     println!("| workload | µs per call, median [min, max] | × floor (medians) |");
@@ -288,6 +293,12 @@ fn null(dev: &CudaDevice, module: &Module) {
         ("  + two payload words written before the flag", payload),
         ("  + a reply word read after the host's flag", reply),
         ("  + a lock in device memory around it", lock),
+        ("    the lock by acquiring/releasing RMWs, no fences", lock_ordered),
+        (
+            "    the lock's RMWs alone, no fences (not a lock: the fences' cost)",
+            lock_bare,
+        ),
+        ("    the lock with a test load before its RMW", lock_test),
         ("runtime no-op, 1 lane (reply inline)", one),
         ("generated `Bench::incr`, 1 lane (reply inline)", one_incr),
         (
