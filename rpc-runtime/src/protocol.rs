@@ -353,6 +353,10 @@ pub const fn allocation_size(port_count: u32, lane_size: u32) -> usize {
 /// port was last closed after a receive, so the client owns it without
 /// reading the inbox). Keeping them in the lock's word means the lock's
 /// read-modify-write returns them too: opening a port is one device atomic.
+/// Only the lock's holder changes the other two bits, and only when it
+/// unlocks, in the same read-modify-write that clears the lock bit: closing
+/// a port is one device atomic as well. While a port is locked its copy of
+/// the outbox may be stale; nobody else reads it then.
 pub(crate) const LOCK_BIT: u32 = 1;
 /// See [`LOCK_BIT`].
 pub(crate) const SHADOW_OUTBOX: u32 = 2;
@@ -713,22 +717,6 @@ impl<'a, S: Side> Process<'a, S> {
         (unsafe { &*self.locks.add(word as usize) }, shift)
     }
 
-    /// Set the client state bits `bits` (`SHADOW_OUTBOX`, `KNOWN_IDLE`) of
-    /// port `index` to `v` (first lane only; the lock holder only).
-    #[inline(always)]
-    fn set_local_bits(&self, mask: u64, bits: u32, index: u32, v: bool) {
-        if lanes::is_first_lane(mask) {
-            let (word, shift) = self.local_slot(index);
-            // Relaxed RMW: atomic so that neighbouring ports' bits in the same
-            // word survive; ordered for the next holder by the lock's fences.
-            if v {
-                word.fetch_or(bits << shift, Ordering::Relaxed);
-            } else {
-                word.fetch_and(!(bits << shift), Ordering::Relaxed);
-            }
-        }
-    }
-
     /// The other side's mailbox word (with an inline reply, if any), the
     /// same value on every lane of `mask`.
     #[inline(always)]
@@ -778,11 +766,8 @@ impl<'a, S: Side> Process<'a, S> {
             // value exactly when it sees the flip.
             self.outbox(index).store(flipped | inline, Ordering::Relaxed);
         }
-        if !S::INVERT {
-            // Keep the device-local copy of the client outbox in step, so
-            // opening a port never reads the outbox back over the bus.
-            self.set_local_bits(mask, SHADOW_OUTBOX, index, flipped == 1);
-        }
+        // The client's device-local copy of its outbox catches up when the
+        // port is unlocked (`Port::close_impl`).
         flipped
     }
 
@@ -819,18 +804,25 @@ impl<'a, S: Side> Process<'a, S> {
     /// Try to take the side-local lock of `index` for the warp `mask`; on
     /// success returns the port's side-local state bits (on the client:
     /// `SHADOW_OUTBOX`, `KNOWN_IDLE`) as they were when the lock was taken.
+    /// `test`: look at the lock before trying to take it (for a sweep; a
+    /// group's first try goes straight to the read-modify-write).
     #[inline(always)]
-    fn try_lock(&self, mask: u64, index: u32) -> Option<u32> {
+    fn try_lock(&self, mask: u64, index: u32, test: bool) -> Option<u32> {
         let (word, shift) = self.local_slot(index);
         let mut before = 0;
         if lanes::is_first_lane(mask) {
-            // Test before test-and-set: a port seen locked costs a load, not
-            // a read-modify-write. Thousands of groups sweeping a few ports
-            // otherwise queue their RMWs on the same few lock words, and the
-            // holders' unlocks wait behind them (what made 1024-thread blocks
-            // on every SM crawl). Relaxed: a stale "locked" only skips the
+            // Test before test-and-set while sweeping: a port seen locked
+            // costs a load, not a read-modify-write. Thousands of groups
+            // sweeping a few ports otherwise queue their RMWs on the same few
+            // lock words, and the holders' unlocks wait behind them (what
+            // made 1024-thread blocks on every SM crawl). A group's first
+            // try, at the port it was pointed to, skips the test: that port
+            // is usually free, and the load would add a device-memory round
+            // trip to every call. Relaxed: a stale "locked" only skips the
             // port this sweep; a stale "free" is settled by the RMW.
-            before = word.load(Ordering::Relaxed);
+            if test {
+                before = word.load(Ordering::Relaxed);
+            }
             if before & (LOCK_BIT << shift) == 0 {
                 // Relaxed RMW: only its atomicity matters here (one winner);
                 // the ordering comes from the acquire fence below (NVPTX drops
@@ -851,9 +843,11 @@ impl<'a, S: Side> Process<'a, S> {
         Some(state)
     }
 
-    /// Release the side-local lock of `index`.
+    /// Release the side-local lock of `index`, on the client toggling the
+    /// state bits `change` (`SHADOW_OUTBOX`, `KNOWN_IDLE`) in the same
+    /// read-modify-write (the server has none: `change` is 0 there).
     #[inline(always)]
-    fn unlock(&self, mask: u64, index: u32) {
+    fn unlock(&self, mask: u64, index: u32, change: u32) {
         lanes::sync(mask);
         if lanes::is_first_lane(mask) {
             // Release: every access this warp made to the port happens before
@@ -870,8 +864,12 @@ impl<'a, S: Side> Process<'a, S> {
                 word.store(0, Ordering::Relaxed);
             } else {
                 // Relaxed RMW: ordered by the fence above; an RMW so that
-                // the other ports' nibbles in the word survive.
-                word.fetch_and(!(LOCK_BIT << shift), Ordering::Relaxed);
+                // the other ports' nibbles in the word survive. An XOR: the
+                // holder knows the nibble (it read it when locking and is
+                // its only writer since), so one RMW clears the lock bit and
+                // sets the state bits; a contender's `fetch_or` of the set
+                // lock bit changed nothing in between.
+                word.fetch_xor((LOCK_BIT | change) << shift, Ordering::Relaxed);
             }
         }
     }
@@ -1120,7 +1118,7 @@ impl<'a> Client<'a> {
         loop {
             // Every branch below depends only on values broadcast from the
             // group's first lane, so the group's lanes stay on one index.
-            if let Some(state) = self.p.try_lock(mask, index) {
+            if let Some(state) = self.p.try_lock(mask, index, index != first || sweeps != 0) {
                 // The outbox from its device-local copy; the inbox only when
                 // the last holder did not leave the port known idle (a
                 // synchronous call ends with the client owning the port).
@@ -1146,9 +1144,11 @@ impl<'a> Client<'a> {
                         h.mask.store(mask, Ordering::Relaxed);
                     }
                     lanes::sync(mask);
-                    return Port::new(&self.p, index, outbox, mask, mask, opcode);
+                    let mut port = Port::new(&self.p, index, outbox, mask, mask, opcode);
+                    port.opened = state & (SHADOW_OUTBOX | KNOWN_IDLE);
+                    return port;
                 }
-                self.p.unlock(mask, index);
+                self.p.unlock(mask, index, 0);
             }
             index += 1;
             if index == n {
@@ -1231,12 +1231,12 @@ impl<'a> Server<'a> {
     pub fn try_open(&self, range: core::ops::Range<u32>) -> Option<Port<'_, 'a, ServerSide, Fresh>> {
         let end = range.end.min(self.p.layout.port_count);
         for index in range.start..end {
-            if !self.pending(index) || self.p.try_lock(1, index).is_none() {
+            if !self.pending(index) || self.p.try_lock(1, index, true).is_none() {
                 continue;
             }
             let outbox = self.p.load_outbox(1, index);
             if Process::<ServerSide>::buffer_unavailable(self.p.load_inbox(1, index), outbox) {
-                self.p.unlock(1, index);
+                self.p.unlock(1, index, 0);
                 continue;
             }
             // Acquire: the client's header and packet writes, released before
@@ -1340,6 +1340,9 @@ pub struct Port<'p, 'a, S: Side, St: State> {
     lane_mask: u64,
     peer_mask: u64,
     opcode: u32,
+    /// The client's state bits (`SHADOW_OUTBOX`, `KNOWN_IDLE`) when it
+    /// locked the port, for the unlock's toggle (0 on the server).
+    opened: u32,
     _state: PhantomData<St>,
 }
 
@@ -1353,13 +1356,23 @@ impl<'p, 'a, S: Side, St: State> Port<'p, 'a, S, St> {
             lane_mask,
             peer_mask,
             opcode,
+            opened: 0,
             _state: PhantomData,
         }
     }
 
     #[inline(always)]
     fn into_state<T: State>(self, out: u32) -> Port<'p, 'a, S, T> {
-        Port::new(self.p, self.index, out, self.lane_mask, self.peer_mask, self.opcode)
+        Port {
+            p: self.p,
+            index: self.index,
+            out,
+            lane_mask: self.lane_mask,
+            peer_mask: self.peer_mask,
+            opcode: self.opcode,
+            opened: self.opened,
+            _state: PhantomData,
+        }
     }
 
     /// The port's index.
@@ -1466,14 +1479,21 @@ impl<'p, 'a, S: Side, St: State> Port<'p, 'a, S, St> {
         if S::INVERT && St::OWNS {
             self.p.invert_outbox(self.lane_mask, self.index, self.out, 0);
         }
-        if !S::INVERT && (St::RECEIVED || !St::OWNS) {
+        let mut change = 0;
+        if !S::INVERT {
             // After a receive the client owns the port and it is idle; after a
             // send (fire-and-forget) the server still has to answer. A port
-            // closed fresh keeps what its opener found.
-            self.p
-                .set_local_bits(self.lane_mask, KNOWN_IDLE, self.index, St::RECEIVED);
+            // closed fresh keeps what its opener found. The outbox copy
+            // takes the outbox's bit as it is now.
+            let idle = match (St::RECEIVED, St::OWNS) {
+                (true, _) => KNOWN_IDLE,
+                (false, false) => 0,
+                (false, true) => self.opened & KNOWN_IDLE,
+            };
+            let shadow = if self.out == 1 { SHADOW_OUTBOX } else { 0 };
+            change = self.opened ^ (idle | shadow);
         }
-        self.p.unlock(self.lane_mask, self.index);
+        self.p.unlock(self.lane_mask, self.index, change);
     }
 }
 

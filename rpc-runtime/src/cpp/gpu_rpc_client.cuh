@@ -171,10 +171,8 @@ __device__ __forceinline__ u32 fetch_or(u32* p, u32 v) {
   asm volatile("atom.relaxed.gpu.or.b32 %0, [%1], %2;" : "=r"(r) : "l"(p), "r"(v) : "memory");
   return r;
 }
-__device__ __forceinline__ u32 fetch_and(u32* p, u32 v) {
-  u32 r;
-  asm volatile("atom.relaxed.gpu.and.b32 %0, [%1], %2;" : "=r"(r) : "l"(p), "r"(v) : "memory");
-  return r;
+__device__ __forceinline__ void red_xor(u32* p, u32 v) {
+  asm volatile("red.relaxed.gpu.xor.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 // System scope: orders accesses to the shared region against the host's.
 __device__ __forceinline__ void fence_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
@@ -195,6 +193,7 @@ struct Port {
   u32 out;
   u32 mask;
   u32 state;
+  u32 opened;  // SHADOW_OUTBOX | KNOWN_IDLE when locked (protocol.rs `Port::opened`)
   __device__ void send_words(u32 words, const u64* data);
   __device__ void recv_words(u32 words, u64* data);
   __device__ bool recv_reply_words(u32 words, u64* data);
@@ -230,13 +229,14 @@ struct Client {
     return packets + (u64)index * lane_size * BUFFER_WORDS + (u64)w * lane_size + lane;
   }
 
-  // protocol.rs `Process::try_lock`: the port's state bits, or false.
-  __device__ bool try_lock(u32 mask, u32 index, u32* state) {
+  // protocol.rs `Process::try_lock`: the port's state bits, or false; `test`
+  // looks at the lock before the RMW (a sweep's tries, not the first).
+  __device__ bool try_lock(u32 mask, u32 index, bool test, u32* state) {
     u32* w = locks + index / CLIENT_PORTS_PER_WORD;
     u32 shift = 4 * (index % CLIENT_PORTS_PER_WORD);
     u32 before = 0;
     if (lanes::is_first_lane(mask)) {
-      before = mem::load_gpu(w);
+      if (test) before = mem::load_gpu(w);
       if ((before & (LOCK_BIT << shift)) == 0) before = mem::fetch_or(w, LOCK_BIT << shift);
     }
     u32 s = lanes::broadcast(mask, before) >> shift;
@@ -246,24 +246,13 @@ struct Client {
     return true;
   }
 
-  // protocol.rs `Process::unlock`.
-  __device__ void unlock(u32 mask, u32 index) {
+  // protocol.rs `Process::unlock`: clears the lock bit and toggles the state
+  // bits `change` in one RMW.
+  __device__ void unlock(u32 mask, u32 index, u32 change) {
     lanes::sync(mask);
     if (lanes::is_first_lane(mask)) {
       mem::fence_gpu();
-      mem::fetch_and(locks + index / CLIENT_PORTS_PER_WORD, ~(LOCK_BIT << (4 * (index % CLIENT_PORTS_PER_WORD))));
-    }
-  }
-
-  // protocol.rs `Process::set_local_bits`.
-  __device__ void set_local_bits(u32 mask, u32 bits, u32 index, bool v) {
-    if (lanes::is_first_lane(mask)) {
-      u32* w = locks + index / CLIENT_PORTS_PER_WORD;
-      u32 shift = 4 * (index % CLIENT_PORTS_PER_WORD);
-      if (v)
-        mem::fetch_or(w, bits << shift);
-      else
-        mem::fetch_and(w, ~(bits << shift));
+      mem::red_xor(locks + index / CLIENT_PORTS_PER_WORD, (LOCK_BIT | change) << (4 * (index % CLIENT_PORTS_PER_WORD)));
     }
   }
 
@@ -277,7 +266,6 @@ struct Client {
     lanes::sync(mask);
     mem::fence_sys();
     if (lanes::is_first_lane(mask)) mem::store_sys(client_outbox + index, flipped);
-    set_local_bits(mask, SHADOW_OUTBOX, index, flipped == 1);
     return flipped;
   }
 
@@ -301,7 +289,7 @@ struct Client {
     u32 sweeps = 0;
     for (;;) {
       u32 state;
-      if (try_lock(mask, index, &state)) {
+      if (try_lock(mask, index, index != first || sweeps != 0, &state)) {
         u32 outbox = (state & SHADOW_OUTBOX) != 0;
         bool idle = (state & KNOWN_IDLE) != 0;
         u32 inbox = idle ? outbox : load_inbox(mask, index);
@@ -313,10 +301,10 @@ struct Client {
             mem::store_sys((u64*)(h + 8), (u64)mask);
           }
           lanes::sync(mask);
-          Port p = {this, index, outbox, mask, PORT_FRESH};
+          Port p = {this, index, outbox, mask, PORT_FRESH, state & (SHADOW_OUTBOX | KNOWN_IDLE)};
           return p;
         }
-        unlock(mask, index);
+        unlock(mask, index, 0);
       }
       if (++index == n) index = 0;
       if (index == first) {
@@ -365,9 +353,9 @@ __device__ inline bool Port::recv_reply_words(u32 words, u64* data) {
 
 // protocol.rs `Port::close` (client side).
 __device__ inline void Port::close() {
-  lanes::sync(mask);
-  if (state != PORT_FRESH) client->set_local_bits(mask, KNOWN_IDLE, index, state == PORT_RECEIVED);
-  client->unlock(mask, index);
+  u32 idle = state == PORT_RECEIVED ? KNOWN_IDLE : state == PORT_SENT ? 0 : (opened & KNOWN_IDLE);
+  u32 shadow = out == 1 ? SHADOW_OUTBOX : 0;
+  client->unlock(mask, index, opened ^ (idle | shadow));
 }
 
 // ---- wire.rs: the encoding, little-endian bytes at fixed offsets ----------
