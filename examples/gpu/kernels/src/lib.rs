@@ -287,9 +287,14 @@ mod nvptx {
             }
             // Release: the payload is visible before the flag.
             mine.store(i, Ordering::Release);
-            // Relaxed polls, then an acquire fence: as the protocol's wait.
-            while theirs.load(Ordering::Relaxed) != i {}
-            core::sync::atomic::fence(Ordering::Acquire);
+            if steps & STEP_ACQUIRE_LOAD != 0 {
+                // Acquire: each poll orders what follows it.
+                while theirs.load(Ordering::Acquire) != i {}
+            } else {
+                // Relaxed polls, then an acquire fence: as the protocol's wait.
+                while theirs.load(Ordering::Relaxed) != i {}
+                core::sync::atomic::fence(Ordering::Acquire);
+            }
             if steps & STEP_REPLY != 0 && reply.load(Ordering::Relaxed) != i as u64 + 1 {
                 bad += 1;
             }

@@ -36,3 +36,6 @@ pub const STEP_LOCK_NO_FENCE: u32 = 16;
 /// Modifier of [`STEP_LOCK`]: a plain load of the lock word before the RMW
 /// (the protocol's test before test-and-set).
 pub const STEP_LOCK_TEST: u32 = 32;
+/// The wait polls with acquiring loads (`ld.acquire.sys`) instead of
+/// relaxed ones followed by an acquire fence (`fence.acq_rel.sys`).
+pub const STEP_ACQUIRE_LOAD: u32 = 64;

@@ -245,7 +245,10 @@ fn per_call_from(
 }
 
 fn null(dev: &CudaDevice, module: &Module) {
-    use pingpong::{STEP_LOCK, STEP_LOCK_NO_FENCE, STEP_LOCK_ORDERED_RMW, STEP_LOCK_TEST, STEP_PAYLOAD, STEP_REPLY};
+    use pingpong::{
+        STEP_ACQUIRE_LOAD, STEP_LOCK, STEP_LOCK_NO_FENCE, STEP_LOCK_ORDERED_RMW, STEP_LOCK_TEST, STEP_PAYLOAD,
+        STEP_REPLY,
+    };
     const REPS: usize = 3;
     let iters = 20_000;
     let noop = module.kernel("rpc_noop_kernel").unwrap();
@@ -256,7 +259,7 @@ fn null(dev: &CudaDevice, module: &Module) {
     pingpong(dev, module, 1000);
     // The workloads alternate within each repetition, so a slow moment of
     // the machine falls on all of them alike.
-    let mut runs: [Vec<f64>; 13] = Default::default();
+    let mut runs: [Vec<f64>; 15] = Default::default();
     for _ in 0..REPS {
         runs[0].push(pingpong(dev, module, iters));
         runs[1].push(per_call(dev, &noop, noop_start, 1, iters));
@@ -282,8 +285,16 @@ fn null(dev: &CudaDevice, module: &Module) {
         runs[10].push(pingpong_steps(dev, module, iters, all | STEP_LOCK_ORDERED_RMW));
         runs[11].push(pingpong_steps(dev, module, iters, all | STEP_LOCK_NO_FENCE));
         runs[12].push(pingpong_steps(dev, module, iters, all | STEP_LOCK_TEST));
+        // The wait's acquire: on the poll itself instead of a fence after it.
+        runs[13].push(pingpong_steps(dev, module, iters, STEP_PAYLOAD | STEP_ACQUIRE_LOAD));
+        runs[14].push(pingpong_steps(
+            dev,
+            module,
+            iters,
+            all | STEP_LOCK_ORDERED_RMW | STEP_ACQUIRE_LOAD,
+        ));
     }
-    let [floor, one, one_incr, warp, warp_incr, payload, reply, lock, one_big, warp_same, lock_ordered, lock_bare, lock_test] =
+    let [floor, one, one_incr, warp, warp_incr, payload, reply, lock, one_big, warp_same, lock_ordered, lock_bare, lock_test, payload_acq, all_acq] =
         runs.map(|mut v| spread(&mut v));
     println!("\n### 1. Null round trip (one port, one host server thread, {iters} calls, {REPS} launches each)\n");
     println!("| workload | µs per call, median [min, max] | × floor (medians) |");
@@ -299,6 +310,14 @@ fn null(dev: &CudaDevice, module: &Module) {
             lock_bare,
         ),
         ("    the lock with a test load before its RMW", lock_test),
+        (
+            "  payload, polls by acquiring loads instead of a fence after them",
+            payload_acq,
+        ),
+        (
+            "  payload, reply, lock by acquiring/releasing RMWs, acquiring polls",
+            all_acq,
+        ),
         ("runtime no-op, 1 lane (reply inline)", one),
         ("generated `Bench::incr`, 1 lane (reply inline)", one_incr),
         (
