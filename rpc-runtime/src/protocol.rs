@@ -824,22 +824,25 @@ impl<'a, S: Side> Process<'a, S> {
                 before = word.load(Ordering::Relaxed);
             }
             if before & (LOCK_BIT << shift) == 0 {
-                // Relaxed RMW: only its atomicity matters here (one winner);
-                // the ordering comes from the acquire fence below (NVPTX drops
-                // orderings on RMWs anyway, see GPU-TOOLCHAIN.md). The lock is
-                // side-local, so this RMW never touches shared memory.
-                before = word.fetch_or(LOCK_BIT << shift, Ordering::Relaxed);
+                // The lock is side-local, so this RMW never touches shared
+                // memory.
+                before = lock_rmw(word, LOCK_BIT << shift);
             }
         }
         let state = lanes::broadcast(mask, before) >> shift;
         if state & LOCK_BIT != 0 {
             return None;
         }
-        // Acquire: synchronizes with the release fence in `unlock`, so the
-        // previous holder's mailbox and packet accesses (and its writes of
-        // the state bits read above, which only lock holders make) happen
-        // before ours.
-        local_fence(Ordering::Acquire);
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            // Acquire: synchronizes with the release in `unlock`, so the
+            // previous holder's mailbox and packet accesses (and its writes
+            // of the state bits read above, which only lock holders make)
+            // happen before ours. (On NVPTX the RMW itself acquired, and the
+            // warp barrier every path takes before the group's other lanes
+            // touch the port extends that to them.)
+            fence(Ordering::Acquire);
+        }
         Some(state)
     }
 
@@ -850,26 +853,26 @@ impl<'a, S: Side> Process<'a, S> {
     fn unlock(&self, mask: u64, index: u32, change: u32) {
         lanes::sync(mask);
         if lanes::is_first_lane(mask) {
-            // Release: every access this warp made to the port happens before
-            // the next holder's acquire fence in `try_lock`.
-            local_fence(Ordering::Release);
             let (word, shift) = self.local_slot(index);
             if S::INVERT {
                 // The server's word holds this port's lock bit alone, and
                 // only the holder clears it (a contender's `fetch_or` of a
                 // set bit changes nothing), so a plain store unlocks: on the
                 // host it costs a store, where a locked RMW waited for every
-                // store before it (the reply's) to drain. Relaxed: ordered
-                // by the fence above.
-                word.store(0, Ordering::Relaxed);
+                // store before it (the reply's) to drain. Release: every
+                // access this thread made to the port happens before the
+                // next holder's acquire in `try_lock`.
+                word.store(0, Ordering::Release);
             } else {
-                // Relaxed RMW: ordered by the fence above; an RMW so that
-                // the other ports' nibbles in the word survive. An XOR: the
-                // holder knows the nibble (it read it when locking and is
-                // its only writer since), so one RMW clears the lock bit and
-                // sets the state bits; a contender's `fetch_or` of the set
-                // lock bit changed nothing in between.
-                word.fetch_xor((LOCK_BIT | change) << shift, Ordering::Relaxed);
+                // An RMW so that the other ports' nibbles in the word
+                // survive. An XOR: the holder knows the nibble (it read it
+                // when locking and is its only writer since), so one RMW
+                // clears the lock bit and sets the state bits; a contender's
+                // `fetch_or` of the set lock bit changed nothing in between.
+                // Releasing: every access the group made to the port (the
+                // barrier above orders its lanes' before this lane's)
+                // happens before the next holder's acquire in `try_lock`.
+                unlock_rmw(word, (LOCK_BIT | change) << shift);
             }
         }
     }
@@ -957,20 +960,61 @@ impl<'a, S: Side> Process<'a, S> {
     }
 }
 
-/// A fence ordering accesses between the threads of one side, which share
-/// the side-local lock bits: GPU scope on NVPTX (`fence.acq_rel.gpu`; all lock
-/// holders are warps of one GPU, so a system-scope fence would only add the
-/// wait for host-visible writes), the standard fence elsewhere.
+/// The client lock's taking RMW: OR `bits` into `word` and return what it
+/// held, ordered as an acquire where a GPU can (device scope, the lock
+/// words being device-local).
 #[inline(always)]
-fn local_fence(order: Ordering) {
+fn lock_rmw(word: &AtomicU32, bits: u32) -> u32 {
     #[cfg(target_arch = "nvptx64")]
     {
-        let _ = order;
-        // SAFETY: a memory fence; no operands.
-        unsafe { core::arch::asm!("fence.acq_rel.gpu;", options(nostack, preserves_flags)) };
+        let before: u32;
+        // SAFETY: an atomic OR on a live, aligned `u32` (the `AtomicU32`
+        // borrowed here). `atom.acquire`: LLVM drops the ordering of an
+        // ordered RMW on NVPTX (GPU-TOOLCHAIN.md), so it is spelled out; one
+        // acquiring RMW costs less than a relaxed one plus a fence.
+        unsafe {
+            core::arch::asm!(
+                "atom.acquire.gpu.or.b32 {b}, [{p}], {v};",
+                b = out(reg32) before,
+                p = in(reg64) word.as_ptr(),
+                v = in(reg32) bits,
+                options(nostack, preserves_flags)
+            )
+        };
+        before
     }
     #[cfg(not(target_arch = "nvptx64"))]
-    fence(order);
+    {
+        // Relaxed: only its atomicity matters here (one winner); `try_lock`
+        // fences after a win.
+        word.fetch_or(bits, Ordering::Relaxed)
+    }
+}
+
+/// The client lock's releasing RMW: XOR `bits` into `word`, ordered as a
+/// release (device scope on a GPU).
+#[inline(always)]
+fn unlock_rmw(word: &AtomicU32, bits: u32) {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        // SAFETY: an atomic XOR on a live, aligned `u32`; `red.release`
+        // spelled out as in `lock_rmw`.
+        unsafe {
+            core::arch::asm!(
+                "red.release.gpu.xor.b32 [{p}], {v};",
+                p = in(reg64) word.as_ptr(),
+                v = in(reg32) bits,
+                options(nostack, preserves_flags)
+            )
+        };
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        // Release: a fence then a relaxed RMW, one release sequence for the
+        // next holder's acquire fence.
+        fence(Ordering::Release);
+        word.fetch_xor(bits, Ordering::Relaxed);
+    }
 }
 
 /// The client (device) side of the protocol: warps open ports and make calls.
