@@ -728,6 +728,35 @@ impl<'a, S: Side> Process<'a, S> {
         lanes::broadcast(mask, self.inbox(index).load(Ordering::Relaxed))
     }
 
+    /// [`load_inbox`](Self::load_inbox) for a wait: on NVPTX an acquiring
+    /// load (`ld.acquire.sys`, in SASS the load and an L1 invalidation),
+    /// so the poll that sees the flip needs no fence after it
+    /// ([`acquire_after_poll`](Self::acquire_after_poll)); `fence.acq_rel.sys`
+    /// would add a `MEMBAR.SYS`.
+    #[inline(always)]
+    fn poll_inbox(&self, mask: u64, index: u32) -> u32 {
+        // Acquire on NVPTX: see above. Relaxed elsewhere: the fence in
+        // `acquire_after_poll` orders.
+        #[cfg(target_arch = "nvptx64")]
+        let order = Ordering::Acquire;
+        #[cfg(not(target_arch = "nvptx64"))]
+        let order = Ordering::Relaxed;
+        lanes::broadcast(mask, self.inbox(index).load(order))
+    }
+
+    /// Acquire (system scope) after [`poll_inbox`](Self::poll_inbox) saw
+    /// this side own the port: the other side's packet writes, published by
+    /// its release fence before its outbox flip, are visible to the reads
+    /// that follow. A fence, except on NVPTX, where the poll itself acquired.
+    /// Either way the group's first lane's view is what counts (its load was
+    /// broadcast); the caller's warp barrier after this extends it to every
+    /// lane of the group before any touches its slot (lane rule 3).
+    #[inline(always)]
+    fn acquire_after_poll() {
+        #[cfg(not(target_arch = "nvptx64"))]
+        fence(Ordering::Acquire);
+    }
+
     /// This side's ownership bit (0 or 1; an inline reply's bits dropped).
     #[inline(always)]
     fn load_outbox(&self, mask: u64, index: u32) -> u32 {
@@ -779,7 +808,7 @@ impl<'a, S: Side> Process<'a, S> {
         let mut polls: u32 = 0;
         let mut inbox;
         while {
-            inbox = self.load_inbox(mask, index);
+            inbox = self.poll_inbox(mask, index);
             Self::buffer_unavailable(inbox, out)
         } {
             if let Some(abort) = self.abort {
@@ -791,12 +820,7 @@ impl<'a, S: Side> Process<'a, S> {
             }
             backoff.snooze();
         }
-        // Acquire (system scope): the other side's packet writes, published by
-        // its release fence before its outbox flip, are visible to the reads
-        // that follow. The flip was seen by the group's first lane (its load
-        // was broadcast); the barrier after the fences extends that to every
-        // lane of the group before any reads its slot (lane rule 3).
-        fence(Ordering::Acquire);
+        Self::acquire_after_poll();
         lanes::sync(mask);
         Ok(inbox)
     }
@@ -1168,7 +1192,7 @@ impl<'a> Client<'a> {
                 // synchronous call ends with the client owning the port).
                 let outbox = (state & SHADOW_OUTBOX != 0) as u32;
                 let idle = state & KNOWN_IDLE != 0;
-                let inbox = if idle { outbox } else { self.p.load_inbox(mask, index) };
+                let inbox = if idle { outbox } else { self.p.poll_inbox(mask, index) };
                 if !Process::<ClientSide>::buffer_unavailable(inbox, outbox) {
                     if !idle {
                         // Acquire (system scope): the server's last reads of
@@ -1177,8 +1201,9 @@ impl<'a> Client<'a> {
                         // writes below. Without it the next call's writes could
                         // race with the server's reads of a fire-and-forget
                         // call (found by loom). A known-idle port was last
-                        // closed after a receive whose wait already fenced.
-                        fence(Ordering::Acquire);
+                        // closed after a receive whose wait already acquired.
+                        // The barrier below extends it to the group's lanes.
+                        Process::<ClientSide>::acquire_after_poll();
                     }
                     if lanes::is_first_lane(mask) {
                         let h = self.p.header(index);
