@@ -161,23 +161,28 @@ __device__ __forceinline__ u64 load_sys(const u64* p) {
 __device__ __forceinline__ void store_sys(u64* p, u64 v) {
   asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
+// protocol.rs `Process::poll_inbox`: the wait's polls acquire.
+__device__ __forceinline__ u32 load_acquire_sys(const u32* p) {
+  u32 v;
+  asm volatile("ld.acquire.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 __device__ __forceinline__ u32 load_gpu(const u32* p) {
   u32 v;
   asm volatile("ld.relaxed.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-__device__ __forceinline__ u32 fetch_or(u32* p, u32 v) {
+// protocol.rs `lock_rmw` and `unlock_rmw`: the client lock's RMWs.
+__device__ __forceinline__ u32 fetch_or_acquire(u32* p, u32 v) {
   u32 r;
-  asm volatile("atom.relaxed.gpu.or.b32 %0, [%1], %2;" : "=r"(r) : "l"(p), "r"(v) : "memory");
+  asm volatile("atom.acquire.gpu.or.b32 %0, [%1], %2;" : "=r"(r) : "l"(p), "r"(v) : "memory");
   return r;
 }
-__device__ __forceinline__ void red_xor(u32* p, u32 v) {
-  asm volatile("red.relaxed.gpu.xor.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+__device__ __forceinline__ void xor_release(u32* p, u32 v) {
+  asm volatile("red.release.gpu.xor.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 // System scope: orders accesses to the shared region against the host's.
 __device__ __forceinline__ void fence_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
-// GPU scope: orders accesses between the warps sharing the lock words.
-__device__ __forceinline__ void fence_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 }  // namespace mem
 
 // ---- protocol.rs: Client, Port ---------------------------------------------
@@ -237,11 +242,10 @@ struct Client {
     u32 before = 0;
     if (lanes::is_first_lane(mask)) {
       if (test) before = mem::load_gpu(w);
-      if ((before & (LOCK_BIT << shift)) == 0) before = mem::fetch_or(w, LOCK_BIT << shift);
+      if ((before & (LOCK_BIT << shift)) == 0) before = mem::fetch_or_acquire(w, LOCK_BIT << shift);
     }
     u32 s = lanes::broadcast(mask, before) >> shift;
     if (s & LOCK_BIT) return false;
-    mem::fence_gpu();
     *state = s;
     return true;
   }
@@ -251,13 +255,13 @@ struct Client {
   __device__ void unlock(u32 mask, u32 index, u32 change) {
     lanes::sync(mask);
     if (lanes::is_first_lane(mask)) {
-      mem::fence_gpu();
-      mem::red_xor(locks + index / CLIENT_PORTS_PER_WORD, (LOCK_BIT | change) << (4 * (index % CLIENT_PORTS_PER_WORD)));
+      mem::xor_release(locks + index / CLIENT_PORTS_PER_WORD, (LOCK_BIT | change) << (4 * (index % CLIENT_PORTS_PER_WORD)));
     }
   }
 
-  __device__ u32 load_inbox(u32 mask, u32 index) {
-    return lanes::broadcast(mask, mem::load_sys(server_outbox + index));
+  // protocol.rs `Process::poll_inbox`.
+  __device__ u32 poll_inbox(u32 mask, u32 index) {
+    return lanes::broadcast(mask, mem::load_acquire_sys(server_outbox + index));
   }
 
   // protocol.rs `Process::invert_outbox` (lane rule 3).
@@ -273,8 +277,7 @@ struct Client {
   // showed ownership (it may carry an inline reply).
   __device__ u32 wait(u32 mask, u32 index, u32 out) {
     u32 inbox;
-    while (((inbox = load_inbox(mask, index)) & OWNER_BIT) != out) lanes::sleep_briefly();
-    mem::fence_sys();
+    while (((inbox = poll_inbox(mask, index)) & OWNER_BIT) != out) lanes::sleep_briefly();
     lanes::sync(mask);
     return inbox;
   }
@@ -292,9 +295,8 @@ struct Client {
       if (try_lock(mask, index, index != first || sweeps != 0, &state)) {
         u32 outbox = (state & SHADOW_OUTBOX) != 0;
         bool idle = (state & KNOWN_IDLE) != 0;
-        u32 inbox = idle ? outbox : load_inbox(mask, index);
+        u32 inbox = idle ? outbox : poll_inbox(mask, index);
         if ((inbox & OWNER_BIT) == outbox) {
-          if (!idle) mem::fence_sys();
           if (lanes::is_first_lane(mask)) {
             u8* h = headers + (u64)index * 64;
             mem::store_sys((u32*)h, opcode);
