@@ -40,7 +40,8 @@
 //!
 //! The owner is the only side that touches the packet. It gives ownership
 //! away by flipping its own outbox after a release fence; the other side sees
-//! the flip, issues an acquire fence and only then reads the packet. Shared
+//! the flip, acquires (a fence after the poll, or on NVPTX the poll itself
+//! being an acquiring load) and only then reads the packet. Shared
 //! words move with plain (relaxed) atomic loads and stores plus explicit
 //! fences — never a read-modify-write, which NVPTX's back end would silently
 //! weaken and which host memory reached over PCIe need not support.
