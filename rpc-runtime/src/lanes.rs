@@ -34,8 +34,8 @@
 //!    lane writes its own slot, the group meets at [`sync`] (`bar.warp.sync`,
 //!    which also orders the lanes' memory accesses), then a release fence and
 //!    **one** lane's store hand the packet over. After seeing the other side's
-//!    flip the group fences (acquire) and meets at [`sync`] again before any
-//!    lane reads its slot.
+//!    flip the group acquires (a fence, or on NVPTX the acquiring poll that
+//!    saw it) and meets at [`sync`] again before any lane reads its slot.
 //! 4. **A group keeps its mask for the whole call.** Every warp operation of a
 //!    call names that mask; all its lanes execute the same sequence of them
 //!    (same method, same counts), possibly from different instructions, which

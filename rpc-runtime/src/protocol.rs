@@ -42,8 +42,8 @@
 //! away by flipping its own outbox after a release fence; the other side sees
 //! the flip, acquires (a fence after the poll, or on NVPTX the poll itself
 //! being an acquiring load) and only then reads the packet. Shared
-//! words move with plain (relaxed) atomic loads and stores plus explicit
-//! fences — never a read-modify-write, which NVPTX's back end would silently
+//! words move with atomic loads and stores (relaxed, the polls on NVPTX
+//! acquiring) plus explicit fences — never a read-modify-write, which NVPTX's back end would silently
 //! weaken and which host memory reached over PCIe need not support.
 //!
 //! Only bit 0 of a mailbox word is the ownership bit, and only it is compared
@@ -357,7 +357,8 @@ pub const fn allocation_size(port_count: u32, lane_size: u32) -> usize {
 /// Only the lock's holder changes the other two bits, and only when it
 /// unlocks, in the same read-modify-write that clears the lock bit: closing
 /// a port is one device atomic as well. While a port is locked its copy of
-/// the outbox may be stale; nobody else reads it then.
+/// the outbox is the one it had when opened; no other group acts on it
+/// then (a diagnostic [`PortSnapshot`] of a held port says so).
 pub(crate) const LOCK_BIT: u32 = 1;
 /// See [`LOCK_BIT`].
 pub(crate) const SHADOW_OUTBOX: u32 = 2;
@@ -460,9 +461,11 @@ impl core::fmt::Display for PortSnapshot {
         match self.client {
             Some((locked, shadow, idle)) => write!(
                 f,
-                ", client lock {}, outbox copy {}, known idle {idle}",
+                ", client lock {}, outbox copy {}{}, known idle {idle}",
                 if locked { "held" } else { "free" },
-                shadow as u32
+                shadow as u32,
+                // The holder updates the copy when it unlocks.
+                if locked { " (as opened)" } else { "" }
             ),
             None => Ok(()),
         }
@@ -724,7 +727,7 @@ impl<'a, S: Side> Process<'a, S> {
     fn load_inbox(&self, mask: u64, index: u32) -> u32 {
         // Relaxed: the value only decides whether to wait (and an inline
         // reply travels in this one single-copy-atomic load); the acquire
-        // fence in `wait_for_ownership`/`try_open` orders the packet reads
+        // fence in `try_open` orders the packet reads
         // after it.
         lanes::broadcast(mask, self.inbox(index).load(Ordering::Relaxed))
     }
@@ -762,7 +765,7 @@ impl<'a, S: Side> Process<'a, S> {
     #[inline(always)]
     fn load_outbox(&self, mask: u64, index: u32) -> u32 {
         // Relaxed: this side is the only writer of its outbox and the port lock
-        // (acquired with a fence) orders this read after the last holder's
+        // (acquired) orders this read after the last holder's
         // write.
         lanes::broadcast(mask, self.outbox(index).load(Ordering::Relaxed)) & OWNER_BIT
     }
@@ -865,7 +868,9 @@ impl<'a, S: Side> Process<'a, S> {
             // of the state bits read above, which only lock holders make)
             // happen before ours. (On NVPTX the RMW itself acquired, and the
             // warp barrier every path takes before the group's other lanes
-            // touch the port extends that to them.)
+            // touch the port's header or packet extends that to them; their
+            // only access before it is the open's poll of the inbox, whose
+            // value they take from the first lane.)
             fence(Ordering::Acquire);
         }
         Some(state)
@@ -972,8 +977,9 @@ impl<'a, S: Side> Process<'a, S> {
         let mut b = Buffer::default();
         #[cfg(not(loom))]
         for (w, v) in b.data.iter_mut().enumerate().take(words) {
-            // Relaxed: the acquire fence after the ownership check orders these
-            // loads after the other side's stores.
+            // Relaxed: the acquire after the ownership check
+            // (`acquire_after_poll`) orders these loads after the other
+            // side's stores.
             *v = self.word(index, lane, w).load(Ordering::Relaxed);
         }
         // SAFETY: this side owns the buffer (loom checks that claim).
@@ -995,7 +1001,7 @@ fn lock_rmw(word: &AtomicU32, bits: u32) -> u32 {
         let before: u32;
         // SAFETY: an atomic OR on a live, aligned `u32` (the `AtomicU32`
         // borrowed here). `atom.acquire`: LLVM drops the ordering of an
-        // ordered RMW on NVPTX (GPU-TOOLCHAIN.md), so it is spelled out; one
+        // ordered RMW on NVPTX (README, "Shared words"), so it is spelled out; one
         // acquiring RMW costs less than a relaxed one plus a fence.
         unsafe {
             core::arch::asm!(
@@ -1907,8 +1913,9 @@ impl<S: Side> WordRow<'_, '_, S> {
             // at `first` (`Process::word`), and `lane < lane_size` (the
             // caller's promise).
             let word = unsafe { &*(self.first as *const AtomicU64).add(lane as usize) };
-            // Relaxed: the acquire fence after the ownership check orders
-            // this load after the other side's stores.
+            // Relaxed: the acquire after the ownership check
+            // (`acquire_after_poll`) orders this load after the other side's
+            // stores.
             word.load(Ordering::Relaxed)
         }
         #[cfg(loom)]

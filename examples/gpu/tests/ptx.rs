@@ -61,7 +61,11 @@ fn reachable(ptx: &str, name: &str) -> String {
         let decl_end = chunk.find(';');
         if let (Some(f), Some(b)) = (func_name(header), body_start) {
             if decl_end.is_none_or(|d| b < d) {
-                defs.insert(f.to_string(), chunk);
+                // The body ends at the first `}` alone at the start of a
+                // line; what follows it (an entry, say) is not this
+                // function's.
+                let end = chunk[b..].find("\n}\n").map_or(chunk.len(), |e| b + e + 3);
+                defs.insert(f.to_string(), &chunk[..end]);
             }
         }
     }
@@ -98,32 +102,46 @@ fn shared_words_use_system_scope_loads_stores_and_fences() {
         // Mailboxes and packets: relaxed system-scope loads and stores...
         assert!(body.contains("ld.relaxed.sys"), "{name}: no ld.relaxed.sys");
         assert!(body.contains("st.relaxed.sys"), "{name}: no st.relaxed.sys");
-        // ...ordered by system-scope fences (release before a flip, acquire
-        // after seeing one)...
+        // ...ordered by system-scope fences before a flip (release) and by
+        // acquiring polls (`ld.acquire.sys`) that see one...
         assert!(
             body.contains("fence.acq_rel.sys") || body.contains("fence.sc.sys"),
             "{name}: no system-scope fence"
         );
+        assert!(
+            body.contains("ld.acquire.sys"),
+            "{name}: no acquiring poll (ld.acquire.sys)"
+        );
         // ...and no plain (weak) or read-modify-write access reaches shared
-        // memory: every atomic is the device-local lock, followed (within a
-        // few instructions) by a GPU-scope fence when it takes the lock.
+        // memory: every atomic is the device-local lock, taken by an
+        // acquiring RMW and released by a releasing one (GPU scope), never
+        // a relaxed RMW, whose missing ordering nothing would supply.
         assert!(!body.contains("ld.volatile"), "{name}: volatile loads");
-        assert!(
-            body.contains("fence.acq_rel.gpu"),
-            "{name}: no GPU-scope fence for the port lock"
-        );
         let lines: Vec<&str> = body.lines().map(str::trim).collect();
-        let lock = lines
+        let rmws: Vec<&str> = lines
             .iter()
-            .position(|l| l.starts_with("atom.") && l.contains(".or."))
-            .unwrap_or_else(|| panic!("{name}: no lock atomic"));
+            .copied()
+            .filter(|l| l.starts_with("atom.") || l.starts_with("red."))
+            .collect();
         assert!(
-            lines[lock..]
-                .iter()
-                .take(40)
-                .any(|l| l.starts_with("fence.acq_rel.gpu")),
-            "{name}: the lock's atomic is not followed by a fence"
+            rmws.iter().any(|l| l.starts_with("atom.acquire.gpu.or.b32")),
+            "{name}: the lock is not taken by atom.acquire.gpu.or"
         );
+        assert!(
+            rmws.iter().any(|l| l.starts_with("red.release.gpu.xor.b32")),
+            "{name}: the lock is not released by red.release.gpu.xor"
+        );
+        // (The kernels' own counters, `atom.global.add`, are not the lock's:
+        // its bits move by OR, XOR or AND.)
+        for l in rmws
+            .iter()
+            .filter(|l| [".or.", ".xor.", ".and."].iter().any(|op| l.contains(op)))
+        {
+            assert!(
+                l.starts_with("atom.acquire.gpu.") || l.starts_with("red.release.gpu."),
+                "{name}: a lock-bit RMW without the lock's ordering: {l}"
+            );
+        }
         // Warp-level operations of the lanes layer.
         for op in [
             "activemask.b32",

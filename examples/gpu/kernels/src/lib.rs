@@ -272,7 +272,8 @@ mod nvptx {
                     bad += (before & 1) << 16;
                 } else {
                     // Relaxed RMW (NVPTX drops orderings on RMWs): the
-                    // fence below orders, as the protocol's `try_lock`.
+                    // fence below orders, as the protocol's `try_lock` did
+                    // before `6213476`.
                     while LOCK.fetch_or(1, Ordering::Relaxed) & 1 != 0 {}
                     if steps & STEP_LOCK_NO_FENCE == 0 {
                         // SAFETY: a fence instruction.
@@ -291,7 +292,8 @@ mod nvptx {
                 // Acquire: each poll orders what follows it.
                 while theirs.load(Ordering::Acquire) != i {}
             } else {
-                // Relaxed polls, then an acquire fence: as the protocol's wait.
+                // Relaxed polls, then an acquire fence: as the protocol's
+                // wait did before `44ac377`.
                 while theirs.load(Ordering::Relaxed) != i {}
                 core::sync::atomic::fence(Ordering::Acquire);
             }
@@ -310,7 +312,8 @@ mod nvptx {
                     };
                 } else {
                     if steps & STEP_LOCK_NO_FENCE == 0 {
-                        // SAFETY: a fence instruction (the protocol's `unlock`).
+                        // SAFETY: a fence instruction (the protocol's
+                        // `unlock` before `6213476`).
                         unsafe { core::arch::asm!("fence.acq_rel.gpu;", options(nostack, preserves_flags)) };
                     }
                     LOCK.fetch_and(!1, Ordering::Relaxed);

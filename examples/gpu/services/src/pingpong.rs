@@ -23,11 +23,13 @@ pub const STEP_PAYLOAD: u32 = 1;
 /// value), checked by the GPU.
 pub const STEP_REPLY: u32 = 2;
 /// Step bit: a lock word in device memory taken and released around each
-/// round trip (a port's lock, with the protocol's GPU-scope fences).
+/// round trip, by a relaxed RMW and a GPU-scope fence at each end (a port's
+/// lock as the protocol took it before `6213476`; with
+/// [`STEP_LOCK_ORDERED_RMW`] as it takes it now).
 pub const STEP_LOCK: u32 = 4;
 /// Modifier of [`STEP_LOCK`]: the lock taken with one acquiring RMW
 /// (`atom.acquire.gpu`) and released with one releasing RMW
-/// (`red.release.gpu`), no separate fences.
+/// (`red.release.gpu`), no separate fences: the protocol's lock now.
 pub const STEP_LOCK_ORDERED_RMW: u32 = 8;
 /// Modifier of [`STEP_LOCK`]: the RMWs alone, no fences at all. Not a
 /// correct lock (one thread takes it here, so nothing goes wrong): it
@@ -36,6 +38,7 @@ pub const STEP_LOCK_NO_FENCE: u32 = 16;
 /// Modifier of [`STEP_LOCK`]: a plain load of the lock word before the RMW
 /// (the protocol's test before test-and-set).
 pub const STEP_LOCK_TEST: u32 = 32;
-/// The wait polls with acquiring loads (`ld.acquire.sys`) instead of
-/// relaxed ones followed by an acquire fence (`fence.acq_rel.sys`).
+/// The wait polls with acquiring loads (`ld.acquire.sys`, the protocol's
+/// wait now) instead of relaxed ones followed by an acquire fence
+/// (`fence.acq_rel.sys`, its wait before `44ac377`).
 pub const STEP_ACQUIRE_LOAD: u32 = 64;

@@ -303,19 +303,28 @@ fn null(dev: &CudaDevice, module: &Module) {
         ("raw ping-pong of two words (floor)", floor),
         ("  + two payload words written before the flag", payload),
         ("  + a reply word read after the host's flag", reply),
-        ("  + a lock in device memory around it", lock),
-        ("    the lock by acquiring/releasing RMWs, no fences", lock_ordered),
+        (
+            "  + a lock in device memory around it (an RMW and a fence at each end)",
+            lock,
+        ),
+        (
+            "    the lock by acquiring/releasing RMWs, no fences (the protocol's lock)",
+            lock_ordered,
+        ),
         (
             "    the lock's RMWs alone, no fences (not a lock: the fences' cost)",
             lock_bare,
         ),
-        ("    the lock with a test load before its RMW", lock_test),
         (
-            "  payload, polls by acquiring loads instead of a fence after them",
+            "    the lock (RMWs and fences) with a test load before its RMW",
+            lock_test,
+        ),
+        (
+            "  payload, polls by acquiring loads instead of a fence after them (the protocol's wait)",
             payload_acq,
         ),
         (
-            "  payload, reply, lock by acquiring/releasing RMWs, acquiring polls",
+            "  payload, reply, lock by acquiring/releasing RMWs, acquiring polls (the protocol's steps)",
             all_acq,
         ),
         ("runtime no-op, 1 lane (reply inline)", one),
