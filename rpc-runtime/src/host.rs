@@ -44,7 +44,7 @@ pub(crate) struct Outcome<E> {
 }
 
 /// Serve `jobs` from one pool of `threads` server threads (idle as the most
-/// eager of the jobs' dispatchers' [`IdlePolicy`](crate::server::IdlePolicy)s
+/// eager of the jobs' dispatchers' [`IdlePolicy`]s
 /// says; `yielding`: their spin yields the core, as on a machine with more
 /// threads than cores) while each job's kernel runs
 /// on its own thread; returns one outcome per job, in order. Each job ends

@@ -66,7 +66,7 @@ pub(super) type Refuse<'r> = dyn FnMut(u32, Status, u32, String) + 'r;
 /// The memory a call borrowed for its direct slices, and where each lies.
 /// After the inputs are copied in, the memory is reached only through raw
 /// pointers to one slot at a time: a host method may hold an out-buffer's
-/// slot ([`OutBuffer`](super::OutBuffer)) while other slots are read.
+/// slot ([`OutBuffer`]) while other slots are read.
 ///
 /// Out-buffers whose lanes are done are sent to the device while the call
 /// runs ([`lane_done`](Self::lane_done)), so the bus carries lane `i`'s
@@ -245,7 +245,7 @@ impl<'m> Loan<'m> {
     }
 
     /// Lane `lane`'s host method is done: its out-buffers are final and
-    /// nothing borrows them (an [`OutBuffer`](super::OutBuffer) lives inside
+    /// nothing borrows them (an [`OutBuffer`] lives inside
     /// one lane's run of the dispatch). Its out-buffers stored in the loan
     /// join the run waiting to be sent, and a run of [`EARLY_BYTES`] or
     /// more is queued for the device now. A run that breaks off shorter (the

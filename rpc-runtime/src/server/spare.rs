@@ -11,7 +11,7 @@
 //! A kept buffer's bytes stay initialized (its length is as far as it was
 //! ever written), so a buffer the copy from the device fills next needs no
 //! zeroing pass first; an out-buffer is zeroed before a host method sees
-//! it. How much a thread keeps is [`ServerConfig::keep_bytes`].
+//! it. How much a thread keeps is [`ServerConfig::keep_bytes`](crate::server::ServerConfig::keep_bytes).
 
 /// Buffers shorter than this are not worth keeping here (the scratch keeps
 /// small ones in place).
