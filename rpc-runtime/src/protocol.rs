@@ -41,10 +41,11 @@
 //! The owner is the only side that touches the packet. It gives ownership
 //! away by flipping its own outbox after a release fence; the other side sees
 //! the flip, acquires (a fence after the poll, or on NVPTX the poll itself
-//! being an acquiring load) and only then reads the packet. Shared
-//! words move with atomic loads and stores (relaxed, the polls on NVPTX
-//! acquiring) plus explicit fences — never a read-modify-write, which NVPTX's back end would silently
-//! weaken and which host memory reached over PCIe need not support.
+//! being an acquiring load) and only then reads the packet. Shared words
+//! move with atomic loads and stores (relaxed, the polls on NVPTX
+//! acquiring) plus explicit fences — never a read-modify-write, which
+//! NVPTX's back end would silently weaken and which host memory reached
+//! over PCIe need not support.
 //!
 //! Only bit 0 of a mailbox word is the ownership bit, and only it is compared
 //! (a flip rewrites the whole word). The client's outbox has no other bit
@@ -1001,8 +1002,8 @@ fn lock_rmw(word: &AtomicU32, bits: u32) -> u32 {
         let before: u32;
         // SAFETY: an atomic OR on a live, aligned `u32` (the `AtomicU32`
         // borrowed here). `atom.acquire`: LLVM drops the ordering of an
-        // ordered RMW on NVPTX (README, "Shared words"), so it is spelled out; one
-        // acquiring RMW costs less than a relaxed one plus a fence.
+        // ordered RMW on NVPTX (README, "Shared words"), so it is spelled
+        // out; one acquiring RMW costs less than a relaxed one plus a fence.
         unsafe {
             core::arch::asm!(
                 "atom.acquire.gpu.or.b32 {b}, [{p}], {v};",
@@ -1220,9 +1221,8 @@ impl<'a> Client<'a> {
                         h.mask.store(mask, Ordering::Relaxed);
                     }
                     lanes::sync(mask);
-                    let mut port = Port::new(&self.p, index, outbox, mask, mask, opcode);
-                    port.opened = state & (SHADOW_OUTBOX | KNOWN_IDLE);
-                    return port;
+                    let opened = state & (SHADOW_OUTBOX | KNOWN_IDLE);
+                    return Port::new(&self.p, index, outbox, mask, mask, opcode, opened);
                 }
                 self.p.unlock(mask, index, 0);
             }
@@ -1322,7 +1322,7 @@ impl<'a> Server<'a> {
             // Relaxed: ordered by the acquire fence above.
             let opcode = h.opcode.load(Ordering::Relaxed);
             let peer = h.mask.load(Ordering::Relaxed);
-            return Some(Port::new(&self.p, index, outbox, 1, peer, opcode));
+            return Some(Port::new(&self.p, index, outbox, 1, peer, opcode, 0));
         }
         None
     }
@@ -1424,7 +1424,15 @@ pub struct Port<'p, 'a, S: Side, St: State> {
 
 impl<'p, 'a, S: Side, St: State> Port<'p, 'a, S, St> {
     #[inline(always)]
-    fn new(p: &'p Process<'a, S>, index: u32, out: u32, lane_mask: u64, peer_mask: u64, opcode: u32) -> Self {
+    fn new(
+        p: &'p Process<'a, S>,
+        index: u32,
+        out: u32,
+        lane_mask: u64,
+        peer_mask: u64,
+        opcode: u32,
+        opened: u32,
+    ) -> Self {
         Port {
             p,
             index,
@@ -1432,23 +1440,22 @@ impl<'p, 'a, S: Side, St: State> Port<'p, 'a, S, St> {
             lane_mask,
             peer_mask,
             opcode,
-            opened: 0,
+            opened,
             _state: PhantomData,
         }
     }
 
     #[inline(always)]
     fn into_state<T: State>(self, out: u32) -> Port<'p, 'a, S, T> {
-        Port {
-            p: self.p,
-            index: self.index,
+        Port::new(
+            self.p,
+            self.index,
             out,
-            lane_mask: self.lane_mask,
-            peer_mask: self.peer_mask,
-            opcode: self.opcode,
-            opened: self.opened,
-            _state: PhantomData,
-        }
+            self.lane_mask,
+            self.peer_mask,
+            self.opcode,
+            self.opened,
+        )
     }
 
     /// The port's index.

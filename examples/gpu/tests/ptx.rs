@@ -23,9 +23,16 @@ fn entry<'a>(ptx: &'a str, name: &str) -> &'a str {
     let start = ptx
         .find(&format!(".entry {name}("))
         .unwrap_or_else(|| panic!("no entry {name}"));
-    let rest = &ptx[start..];
-    let end = rest[1..].find(".entry ").map(|e| e + 1).unwrap_or(rest.len());
-    &rest[..end]
+    through_body(&ptx[start..])
+}
+
+/// `text` from its start through the end of the first function body in it:
+/// the first `}` alone at the start of a line after the body's `{` (what
+/// follows, another function or entry, is not this one's).
+fn through_body(text: &str) -> &str {
+    let Some(b) = text.find('{') else { return text };
+    let end = text[b..].find("\n}\n").map_or(text.len(), |e| b + e + 3);
+    &text[..end]
 }
 
 /// The name a `.func` line defines or declares (`.func (.param ..) name(`).
@@ -61,11 +68,7 @@ fn reachable(ptx: &str, name: &str) -> String {
         let decl_end = chunk.find(';');
         if let (Some(f), Some(b)) = (func_name(header), body_start) {
             if decl_end.is_none_or(|d| b < d) {
-                // The body ends at the first `}` alone at the start of a
-                // line; what follows it (an entry, say) is not this
-                // function's.
-                let end = chunk[b..].find("\n}\n").map_or(chunk.len(), |e| b + e + 3);
-                defs.insert(f.to_string(), &chunk[..end]);
+                defs.insert(f.to_string(), through_body(chunk));
             }
         }
     }

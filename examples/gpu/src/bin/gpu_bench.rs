@@ -260,6 +260,7 @@ fn null(dev: &CudaDevice, module: &Module) {
     // The workloads alternate within each repetition, so a slow moment of
     // the machine falls on all of them alike.
     let mut runs: [Vec<f64>; 15] = Default::default();
+    let all = STEP_PAYLOAD | STEP_REPLY | STEP_LOCK;
     for _ in 0..REPS {
         runs[0].push(pingpong(dev, module, iters));
         runs[1].push(per_call(dev, &noop, noop_start, 1, iters));
@@ -268,12 +269,7 @@ fn null(dev: &CudaDevice, module: &Module) {
         runs[4].push(per_call(dev, &incr, incr_start, 32, iters / 4));
         runs[5].push(pingpong_steps(dev, module, iters, STEP_PAYLOAD));
         runs[6].push(pingpong_steps(dev, module, iters, STEP_PAYLOAD | STEP_REPLY));
-        runs[7].push(pingpong_steps(
-            dev,
-            module,
-            iters,
-            STEP_PAYLOAD | STEP_REPLY | STEP_LOCK,
-        ));
+        runs[7].push(pingpong_steps(dev, module, iters, all));
         // The reply's two forms: a one-lane reply too large to go inline,
         // and a warp whose lanes all get the same small reply (inline).
         let big = [KernelArg::U64(LARGE_START), KernelArg::U64(0)];
@@ -281,7 +277,6 @@ fn null(dev: &CudaDevice, module: &Module) {
         let same = [KernelArg::U64(0), KernelArg::U64(0)];
         runs[9].push(per_call_from(dev, &incr_from, |_| 0, 32, iters / 4, &same));
         // The lock's parts: how it is ordered, and its test load.
-        let all = STEP_PAYLOAD | STEP_REPLY | STEP_LOCK;
         runs[10].push(pingpong_steps(dev, module, iters, all | STEP_LOCK_ORDERED_RMW));
         runs[11].push(pingpong_steps(dev, module, iters, all | STEP_LOCK_NO_FENCE));
         runs[12].push(pingpong_steps(dev, module, iters, all | STEP_LOCK_TEST));
