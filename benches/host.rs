@@ -28,6 +28,10 @@
 //!   (`ServerConfig::keep_bytes`) and with it keeping none. (64 MiB: glibc's
 //!   allocator itself reuses freed blocks below its mmap threshold, which
 //!   adapts up to 32 MiB; larger ones are fresh pages on every call.)
+//! * **a warp of out-buffers on several threads**: 32 lanes each ask for
+//!   an out-buffer by address from a `#[gpu_rpc(parallel)]` method that
+//!   fills it, in memory the server is lent (as on a GPU); GB/s per call
+//!   with the lanes on 1, 2 and 4 threads (`ServerConfig::lane_threads`).
 //!
 //! Every reply is checked (status and value); a wrong one aborts the bench.
 
@@ -52,6 +56,9 @@ pub trait Synth {
     fn take(&self, data: &[u8]) -> u64;
     /// Fills `out` with ones; returns its length.
     fn give(&self, out: &mut [u8]) -> u64;
+    /// `give`, the lanes of a call on several threads.
+    #[gpu_rpc(parallel)]
+    fn give_parallel(&self, out: &mut [u8]) -> u64;
 }
 
 struct Host;
@@ -69,6 +76,9 @@ impl Synth for Host {
     fn give(&self, out: &mut [u8]) -> u64 {
         out.fill(1);
         out.len() as u64
+    }
+    fn give_parallel(&self, out: &mut [u8]) -> u64 {
+        self.give(out)
     }
 }
 
@@ -341,6 +351,62 @@ fn large(input: bool, len: usize, keep: usize, calls: u32) -> (f64, f64, f64) {
     stats(&mut rates)
 }
 
+/// A warp of `lanes` lanes asks `calls` times for an out-buffer of `len`
+/// bytes each by address (one device array, lane after lane) from
+/// `Synth::give_parallel`, served with lent memory (the CPU backend's) and
+/// the lanes on up to `lane_threads` threads; GB/s per call (median, min,
+/// max). Every byte is checked.
+fn warp_out(lanes: u32, len: usize, lane_threads: usize, calls: u32) -> (f64, f64, f64) {
+    let mut d = Dispatcher::new(ServerConfig {
+        lane_threads,
+        ..ServerConfig::default()
+    });
+    d.add(SynthServer(Host)).expect("one service");
+    let region = CpuRegion::new(Layout::new(1, lanes).unwrap());
+    let done = AtomicBool::new(false);
+    let desc = SynthRpc::GIVE_PARALLEL;
+    let word = desc.frame_word().pack();
+    let mask = u64::MAX >> (64 - lanes);
+    let mut data = vec![0u8; lanes as usize * len];
+    let mut rates = Vec::new();
+    let memory = gpu_rpc::cpu::ProcessMemory;
+    std::thread::scope(|s| {
+        let server = s.spawn(|| d.serve_until(&region.server().with_memory(&memory), 0, 1, &done));
+        // SAFETY: no client uses the region; this thread plays the device.
+        let dev = unsafe { RawDevice::new(&region) };
+        for _ in 0..calls {
+            data.fill(0);
+            let t = Instant::now();
+            let mut frame = Buffer::default();
+            frame.data[0] = word;
+            frame.data[1] = gpu_rpc::call::len_word(len as u64, true);
+            let frames: Vec<_> = (0..lanes).map(|l| (l, frame)).collect();
+            dev.inject(0, desc.opcode, mask, &frames);
+            while !dev.owned(0) {
+                std::hint::spin_loop();
+            }
+            for l in 0..lanes {
+                let mut at = Buffer::default();
+                at.data[0] = data.as_mut_ptr() as u64 + (l as usize * len) as u64;
+                dev.write(0, l, &at);
+            }
+            dev.flip(0);
+            while !dev.owned(0) {
+                std::hint::spin_loop();
+            }
+            rates.push((lanes as usize * len) as f64 / t.elapsed().as_secs_f64() / 1e9);
+            for l in 0..lanes {
+                assert_eq!((dev.status(0, l), dev.reply(0, l).data[1]), (Status::Ok, len as u64));
+            }
+            assert!(data.iter().all(|&b| b == 1), "an out-buffer arrived wrong");
+        }
+        // Release: the server's last pass sees every flip above.
+        done.store(true, Ordering::Release);
+        assert_eq!(server.join().unwrap().expect("no abort"), calls as u64);
+    });
+    stats(&mut rates)
+}
+
 /// The cost of one `Instant::now()`: a few ns where the OS reads the CPU's
 /// time-stamp counter in user space, hundreds where it cannot.
 fn clock_read_ns() -> f64 {
@@ -427,6 +493,27 @@ fn main() {
                     if keep > 0 { "up to 64 MiB (default)" } else { "nothing" }
                 );
             }
+        }
+    }
+    if only.is_none() {
+        let calls = if quick { 4 } else { 20 };
+        println!(
+            "\nA warp of out-buffers by address in lent memory, filled by a `#[gpu_rpc(parallel)]` method, \
+             {calls} calls, GB/s per call, median [min, max]\n"
+        );
+        println!("| lanes × bytes | lanes on 1 thread | 2 threads | 4 threads | 4 / 1 |");
+        println!("|---|---:|---:|---:|---:|");
+        for len in [64 << 10, 1 << 20] {
+            let r: Vec<_> = [1, 2, 4].iter().map(|&t| warp_out(32, len, t, calls)).collect();
+            let cell = |(m, lo, hi): (f64, f64, f64)| format!("{m:.2} [{lo:.2}, {hi:.2}]");
+            println!(
+                "| 32 × {} KiB | {} | {} | {} | {:.2} |",
+                len >> 10,
+                cell(r[0]),
+                cell(r[1]),
+                cell(r[2]),
+                r[2].0 / r[0].0
+            );
         }
     }
     let calls = if quick { 20_000 } else { 400_000 };

@@ -91,6 +91,8 @@ pub mod __private {
     pub use std::string::String;
     #[cfg(feature = "std")]
     pub use std::sync::Arc;
+    #[cfg(feature = "std")]
+    pub use std::vec::Vec;
 
     pub use crate::call::{
         direct_items, fail, halt, lengths_bytes, out_len_word, stream_len_word, Block, CallDesc, CallError,
@@ -98,7 +100,7 @@ pub mod __private {
     pub use crate::cpp;
     pub use crate::protocol::Client;
     #[cfg(feature = "std")]
-    pub use crate::server::{MethodInfo, ServerCall, Service};
+    pub use crate::server::{LaneError, MethodInfo, ServerCall, Service};
     pub use crate::services::{print_host, PrintArg};
     pub use crate::wire::{fnv1a, mix, Wire, WireError, SCHEMA_SEED};
 

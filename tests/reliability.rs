@@ -34,6 +34,28 @@ pub trait Rel {
     /// were not zero when the method got it.
     fn fill_half(&self, seed: u8, out: &mut [u8]) -> u64;
     fn boom(&self, msg: &str) -> u32;
+    /// `fill` with the lanes of one call on several host threads; panics
+    /// for seed 0xee (`ok` and `touchy` are there to fail the reads).
+    #[gpu_rpc(parallel)]
+    fn fill_parallel(&self, seed: u8, ok: bool, touchy: Touchy, out: &mut [u8]) -> u64;
+}
+
+/// A byte whose decoding panics for 0xdd (a user's `Wire` impl with a bug).
+pub struct Touchy(pub u8);
+
+impl gpu_rpc::Wire for Touchy {
+    const SIZE: usize = 1;
+    const SCHEMA: u32 = 0x7007_c4e1;
+    fn encode(&self, out: &mut [u8]) {
+        out[0] = self.0;
+    }
+    fn decode(bytes: &[u8]) -> Result<Self, gpu_rpc::wire::WireError> {
+        assert_ne!(bytes[0], 0xdd, "touchy byte");
+        Ok(Touchy(bytes[0]))
+    }
+    fn zeroed() -> Self {
+        Touchy(0)
+    }
 }
 
 /// A service the server does not have.
@@ -51,6 +73,8 @@ struct Host {
     /// `fill` calls run so far.
     fills: AtomicUsize,
     printed: Mutex<Vec<String>>,
+    /// The threads `fill_parallel` ran on.
+    threads: Mutex<Vec<std::thread::ThreadId>>,
 }
 
 impl Rel for Arc<Host> {
@@ -84,6 +108,16 @@ impl Rel for Arc<Host> {
     }
     fn boom(&self, msg: &str) -> u32 {
         panic!("boom: {msg}")
+    }
+    fn fill_parallel(&self, seed: u8, _ok: bool, _touchy: Touchy, out: &mut [u8]) -> u64 {
+        let me = std::thread::current().id();
+        let mut threads = self.threads.lock().unwrap();
+        if !threads.contains(&me) {
+            threads.push(me);
+        }
+        drop(threads);
+        assert_ne!(seed, 0xee, "seed 0xee");
+        self.fill(seed, out)
     }
 }
 
@@ -1408,20 +1442,28 @@ fn lent_memory_is_given_back_before_the_reply() {
     assert_eq!(d.errors(), []);
 }
 
-/// Play one warp-call of `Rel::fill(seed, out)` on port 0 as a device
-/// would: `lanes` lanes, each an out-buffer of `each` bytes by address
-/// (`addr(lane)`) and its lane number as the seed; each lane's status.
-fn direct_fill(dev: &RawDevice<'_>, lanes: u32, each: usize, addr: impl Fn(u32) -> u64) -> Vec<Status> {
+/// Play one warp-call of `method` (`Rel::fill(seed, out)` or a method of
+/// its signature) on port 0 as a device would: `lanes` lanes, each an
+/// out-buffer of `each` bytes by address (`addr(lane)`), then its other
+/// arguments encoded (`args(lane)`); each lane's status.
+fn direct_fill_of(
+    method: &gpu_rpc::call::CallDesc,
+    dev: &RawDevice<'_>,
+    lanes: u32,
+    each: usize,
+    addr: impl Fn(u32) -> u64,
+    args: impl Fn(u32) -> Vec<u8>,
+) -> Vec<Status> {
     use gpu_rpc::call::len_word;
-    let word = RelRpc::FILL.frame_word().pack();
+    let word = method.frame_word().pack();
     let frames: Vec<_> = (0..lanes)
         .map(|l| {
             let mut block = len_word(each as u64, true).to_le_bytes().to_vec();
-            block.push(l as u8); // the seed
+            block.extend(args(l));
             (l, frame(word, &block))
         })
         .collect();
-    dev.inject(0, RelRpc::FILL.opcode, (1 << lanes) - 1, &frames);
+    dev.inject(0, method.opcode, (1 << lanes) - 1, &frames);
     while !dev.owned(0) {
         std::hint::spin_loop();
     }
@@ -1437,15 +1479,30 @@ fn direct_fill(dev: &RawDevice<'_>, lanes: u32, each: usize, addr: impl Fn(u32) 
     (0..lanes).map(|l| dev.status(0, l)).collect()
 }
 
-/// [`direct_fill`] on port 0 of a fresh one-port region of `lanes` lanes
-/// whose server, `d` with `memory`, runs on a thread of its own for the
-/// call; each lane's status.
+/// `Rel::fill` by [`direct_fill_of`], lane `l` passing `l` as its seed, on
+/// port 0 of a fresh one-port region of `lanes` lanes whose server, `d`
+/// with `memory`, runs on a thread of its own for the call; each lane's
+/// status.
 fn served_direct_fill(
     d: &Dispatcher,
     memory: &dyn gpu_rpc::device_memory::DeviceMemory,
     lanes: u32,
     each: usize,
     addr: impl Fn(u32) -> u64,
+) -> Vec<Status> {
+    served_fill_of(RelRpc::FILL, d, memory, lanes, each, addr, |l| vec![l as u8])
+}
+
+/// [`served_direct_fill`] of `method`, lane `l` passing the encoded
+/// arguments `args(l)` after the out-buffer's length.
+fn served_fill_of(
+    method: &gpu_rpc::call::CallDesc,
+    d: &Dispatcher,
+    memory: &dyn gpu_rpc::device_memory::DeviceMemory,
+    lanes: u32,
+    each: usize,
+    addr: impl Fn(u32) -> u64,
+    args: impl Fn(u32) -> Vec<u8>,
 ) -> Vec<Status> {
     let region = CpuRegion::new(Layout::new(1, lanes).unwrap());
     let dev = raw_device(&region);
@@ -1455,7 +1512,7 @@ fn served_direct_fill(
         let (stop, server) = (&stop, &server);
         let served = s.spawn(move || d.serve_until(server, 0, 1, stop));
         let _stop = StopOnDrop(stop);
-        let statuses = direct_fill(&dev, lanes, each, addr);
+        let statuses = direct_fill_of(method, &dev, lanes, each, addr, args);
         drop(_stop);
         served.join().unwrap().unwrap();
         statuses
@@ -1586,6 +1643,111 @@ fn out_buffers_go_to_the_device_while_later_lanes_run() {
                     .all(|(i, &b)| b == (l as u8).wrapping_add(i as u8)),
                 "{what}: lane {l}"
             );
+        }
+    }
+}
+
+/// A `#[gpu_rpc(parallel)]` method's lanes run on several host threads when
+/// the call moves at least `parallel_min_bytes` (one thread per that many
+/// bytes, up to `lane_threads`), on the serving thread alone below it or
+/// with `lane_threads: 1`; every lane's bytes arrive whole wherever its
+/// out-buffer was kept (memory the backend lends, or the server's own
+/// buffers when it lends none); a lane whose method panics, whose argument
+/// is invalid or panics while decoded, or whose out-buffer cannot be
+/// stored, fails alone, and the errors are logged in lane order.
+#[test]
+fn parallel_lanes_run_on_several_threads() {
+    use gpu_rpc::cpu::ProcessMemory;
+    use gpu_rpc::device_memory::{CopyError, DeviceMemory, Lent};
+
+    /// The process's memory, with or without its loans.
+    struct Memory(bool);
+    impl DeviceMemory for Memory {
+        fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+            ProcessMemory.read(copies, failed)
+        }
+        fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+            ProcessMemory.write(copies, failed)
+        }
+        fn lend(&self, bytes: usize) -> Option<Lent<'_>> {
+            self.0.then(|| ProcessMemory.lend(bytes)).flatten()
+        }
+    }
+
+    const LANES: u32 = 16;
+    const PANICS: u32 = 3;
+    const NOT_BOOL: u32 = 5;
+    const DECODE_PANICS: u32 = 7;
+    const UNMAPPED: u32 = 9;
+    // (lent memory, bytes per lane, lane_threads, threads the lanes run on)
+    for (lend, each, lane_threads, want_threads) in [
+        (true, 64 << 10, 4, 4),
+        (false, 64 << 10, 4, 4),
+        (true, 64 << 10, 1, 1),
+        // 16 × 32 KiB, 512 KiB: two threads of the default 256 KiB each.
+        (true, 32 << 10, 4, 2),
+        // 16 × 4 KiB is under the default 256 KiB: in lane order.
+        (true, 4 << 10, 4, 1),
+    ] {
+        for faults in [false, true] {
+            let what = format!("lent {lend}, {each} bytes a lane, lane_threads {lane_threads}, faults {faults}");
+            let host = Arc::new(Host::default());
+            let mut d = Dispatcher::new(ServerConfig {
+                log_errors: false,
+                lane_threads,
+                ..ServerConfig::default()
+            });
+            d.add(RelServer(Arc::clone(&host))).unwrap();
+            let mut out = vec![0u8; LANES as usize * each];
+            let base = out.as_mut_ptr() as u64;
+            let addr = |l: u32| match l {
+                UNMAPPED if faults => 64, // page 0: never mapped
+                _ => base + (l as usize * each) as u64,
+            };
+            let args = |l: u32| match l {
+                PANICS if faults => vec![0xee, 1, 0],
+                NOT_BOOL if faults => vec![l as u8, 2, 0],
+                DECODE_PANICS if faults => vec![l as u8, 1, 0xdd],
+                _ => vec![l as u8, 1, 0],
+            };
+            let statuses = served_fill_of(RelRpc::FILL_PARALLEL, &d, &Memory(lend), LANES, each, addr, args);
+            let threads = host.threads.lock().unwrap().len();
+            assert_eq!(threads, want_threads, "{what}");
+            let errors = d.errors();
+            for l in 0..LANES {
+                let want = match l {
+                    PANICS | DECODE_PANICS if faults => Status::HandlerPanicked,
+                    NOT_BOOL | UNMAPPED if faults => Status::InvalidArgument,
+                    _ => Status::Ok,
+                };
+                assert_eq!(statuses[l as usize], want, "{what}: lane {l}");
+                if want != Status::Ok {
+                    let e = errors.iter().find(|e| e.lane == Some(l));
+                    let e = e.unwrap_or_else(|| panic!("{what}: no error for lane {l}: {errors:?}"));
+                    assert_eq!((e.port, e.status), (0, want), "{what}");
+                    assert_has(&e.to_string(), &["Rel::fill_parallel"]);
+                }
+            }
+            let lanes: Vec<_> = errors.iter().map(|e| e.lane).collect();
+            let want: &[u32] = if faults {
+                &[PANICS, NOT_BOOL, DECODE_PANICS, UNMAPPED]
+            } else {
+                &[]
+            };
+            assert_eq!(
+                lanes,
+                want.iter().map(|&l| Some(l)).collect::<Vec<_>>(),
+                "{what}: {errors:?}"
+            );
+            // Every byte of every lane answered `Ok` is the host's.
+            for l in (0..LANES).filter(|&l| statuses[l as usize] == Status::Ok) {
+                let lane = &out[l as usize * each..][..each];
+                let bad = lane
+                    .iter()
+                    .enumerate()
+                    .position(|(i, &b)| b != (l as u8).wrapping_add(i as u8));
+                assert_eq!(bad, None, "{what}: lane {l}");
+            }
         }
     }
 }

@@ -507,8 +507,22 @@ fn host_side(svc: &Service, service: &str, rpc: &Ident, server: &Ident) -> Token
         let mut stores = Vec::new();
         let (mut i_in, mut i_out) = (0usize, 0usize);
         let mut sizes = Vec::new();
+        // For a parallel method: the arguments read on the serving thread
+        // (`vals`, moved to the lane's thread) and its out-buffers (`outs`,
+        // kept there; their slices go), and what the method is passed.
+        let (mut vals, mut outs, mut par_pass) = (Vec::new(), Vec::new(), Vec::new());
         for (idx, a) in m.args.iter().enumerate() {
             let v = Ident::new(&format!("a{idx}"), Span::mixed_site());
+            if matches!(a.kind, ArgKind::Out(_)) {
+                outs.push(v.clone());
+                par_pass.push(quote!(#v));
+            } else {
+                vals.push(v.clone());
+                par_pass.push(match &a.kind {
+                    ArgKind::Slice(e) if !is_u8(e) => quote!(&#v),
+                    _ => quote!(#v),
+                });
+            }
             let idx = Literal::u32_unsuffixed(idx as u32);
             match &a.kind {
                 ArgKind::Value => {
@@ -562,13 +576,36 @@ fn host_side(svc: &Service, service: &str, rpc: &Ident, server: &Ident) -> Token
         } else {
             (quote!(_), quote!(_))
         };
-        quote! {
-            #k => #call.run(|#call_p, #lane_p| {
+        let in_order = quote! {
+            #call.run(|#call_p, #lane_p| {
                 #(#reads)*
                 #run
                 #(#stores)*
                 ::gpu_rpc::__private::core::result::Result::Ok(())
-            }),
+            })
+        };
+        if !m.parallel {
+            return quote!(#k => #in_order,);
+        }
+        let parallel = parallel_arm(&ParallelArm {
+            call: &call,
+            lane: &lane,
+            reads: &reads,
+            vals: &vals,
+            outs: &outs,
+            invoke: quote!(<#imp as #tr>::#method(&self.0, #(#par_pass),*)),
+            stores: &stores,
+            ret: match (&m.ret, m.is_async) {
+                (Ret::Value(ty), false) => Some(ty),
+                _ => None,
+            },
+        });
+        quote! {
+            #k => if #call.lanes_in_parallel() {
+                #parallel
+            } else {
+                #in_order
+            },
         }
     });
     let arms: Vec<_> = arms.collect();
@@ -588,7 +625,8 @@ fn host_side(svc: &Service, service: &str, rpc: &Ident, server: &Ident) -> Token
          [`{service}Client`] with the implementation it wraps.\n\n\
          Register it with `gpu_rpc::server::Dispatcher::add({server}(host_impl))`. The \
          implementation is shared by the server threads (`Send + Sync`); each call runs once \
-         per calling lane, in lane order."
+         per calling lane, in lane order (a `#[gpu_rpc(parallel)]` method's lanes may run on \
+         several threads at once)."
     );
     let methods_doc = format!("The server's method table of [`{service}`], in declaration order.");
 
@@ -708,6 +746,102 @@ fn host_side(svc: &Service, service: &str, rpc: &Ident, server: &Ident) -> Token
                     #dispatch_body
                 }
             }
+        }
+    }
+}
+
+/// What [`parallel_arm`] is made of: the pieces of a plain arm, and the
+/// method's arguments split into those read on the serving thread and
+/// moved (`vals`) and its out-buffers (`outs`).
+struct ParallelArm<'a> {
+    call: &'a Ident,
+    lane: &'a Ident,
+    reads: &'a [TokenStream],
+    vals: &'a [Ident],
+    outs: &'a [Ident],
+    /// The method called with the `vals` and the out-buffers' slices, named
+    /// as the `vals` and `outs` are.
+    invoke: TokenStream,
+    /// The out-buffers' stores (`set_out` of each `outs` ident).
+    stores: &'a [TokenStream],
+    /// The returned type, if the lane has a value to store.
+    ret: Option<&'a Type>,
+}
+
+/// The body of a `#[gpu_rpc(parallel)]` method's arm when the call's lanes
+/// run on several threads (`gpu_rpc::server`'s `parallel.rs` says how):
+/// read every lane's arguments, run the lanes through
+/// `ServerCall::run_parallel`, store their results, then
+/// `ServerCall::end_parallel`. A panic while a lane's arguments are read or
+/// its results stored fails that lane alone (`ServerCall::catch_lane`), as
+/// `ServerCall::run` does.
+fn parallel_arm(a: &ParallelArm<'_>) -> TokenStream {
+    let ParallelArm {
+        call,
+        lane,
+        reads,
+        vals,
+        outs,
+        invoke,
+        stores,
+        ret,
+    } = a;
+    let p = quote!(::gpu_rpc::__private);
+    let (failed, read, got, results, r, e) = (
+        local("failed"),
+        local("read"),
+        local("got"),
+        local("results"),
+        local("r"),
+        local("e"),
+    );
+    let (lane_vals, lane_outs, work) = (local("lane_vals"), local("lane_outs"), local("work"));
+    let set_return = ret.map(|ty| quote_spanned!(ty.span()=> #call.set_return::<#ty>(#lane, &#r);));
+    quote! {
+        {
+            let #failed = {
+                let #call: &#p::ServerCall<'_> = &*#call;
+                let mut #failed = #p::Vec::new();
+                let mut #lane_vals = #p::Vec::new();
+                let mut #lane_outs = #p::Vec::new();
+                for #lane in #call.lanes() {
+                    // (An out-buffer is read `mut`, as the plain arm uses it.)
+                    #[allow(unused_mut)]
+                    let #read = #call.catch_lane(|| -> #p::core::result::Result<_, #p::LaneError> {
+                        #(#reads)*
+                        #p::core::result::Result::Ok(((#(#vals,)*), (#(#outs,)*)))
+                    });
+                    match #read {
+                        #p::core::result::Result::Ok((#got, #r)) => {
+                            #lane_vals.push((#lane, #got));
+                            #lane_outs.push(#r);
+                        }
+                        #p::core::result::Result::Err(#e) => #failed.push((#lane, #e)),
+                    }
+                }
+                // Each lane's arguments and out-buffers' slices, to its thread.
+                let #work: #p::Vec<_> = #lane_vals
+                    .into_iter()
+                    .zip(#lane_outs.iter_mut())
+                    .map(|((#lane, (#(#vals,)*)), (#(#outs,)*))| (#lane, ((#(#vals,)*), (#(&mut **#outs,)*))))
+                    .collect();
+                let #results = #call.run_parallel(#work, |((#(#vals,)*), (#(#outs,)*))| #invoke);
+                for ((#lane, #r), (#(#outs,)*)) in #results.into_iter().zip(#lane_outs.iter()) {
+                    let #r = #r.and_then(|#r| {
+                        #call.catch_lane(|| {
+                            let _ = &#r;
+                            #set_return
+                            #(#stores)*
+                            #p::core::result::Result::Ok(())
+                        })
+                    });
+                    if let #p::core::result::Result::Err(#e) = #r {
+                        #failed.push((#lane, #e));
+                    }
+                }
+                #failed
+            };
+            #call.end_parallel(#failed);
         }
     }
 }

@@ -37,11 +37,14 @@ mod print;
 ///     fn log(&self, level: u8, msg: &str);
 ///     #[gpu_rpc(opcode = 0x12345)]
 ///     fn ping(&self) -> u32;
+///     /// A checksum of each lane's slice, lanes on several host threads.
+///     #[gpu_rpc(parallel)]
+///     fn checksum(&self, data: &[u8]) -> u64;
 /// }
 ///
 /// assert_eq!(HostServicesRpc::PING.opcode, 0x12345);
 /// assert!(HostServicesRpc::ADD.opcode >= 0x8000_0000);
-/// assert_eq!(HostServicesRpc::OPCODES.len(), 6);
+/// assert_eq!(HostServicesRpc::OPCODES.len(), 7);
 /// ```
 ///
 /// # What it generates
@@ -85,6 +88,12 @@ mod print;
 ///
 /// * `#[gpu_rpc(async)]`: fire-and-forget; the device does not wait for the
 ///   host. No return value and no out-buffers.
+/// * `#[gpu_rpc(parallel)]`: the host may run the lanes of one call on
+///   several threads at once, in no order (one thread per
+///   `ServerConfig::parallel_min_bytes` of the lanes' slices, up to
+///   `ServerConfig::lane_threads`); for methods with real work on each
+///   lane's slice. Argument and return types must be `Send`. Host-side
+///   only: the opcode and the signature are the same. Not with `-> !`.
 /// * `-> !`: the device waits for the host to run the method, then halts the
 ///   lane. A host implementation may exit the process, or end with
 ///   `gpu_rpc::lanes::halt()`, which the generated server treats as normal

@@ -57,6 +57,10 @@ pub struct Method {
     pub ret: Ret,
     /// `#[gpu_rpc(async)]`.
     pub is_async: bool,
+    /// `#[gpu_rpc(parallel)]`: the host may run the lanes of one call on
+    /// several threads at once (a host-side choice: no part of the opcode or
+    /// the signature).
+    pub parallel: bool,
     /// `#[gpu_rpc(opcode = N)]`.
     pub explicit_opcode: Option<(u32, LitInt)>,
     /// Assigned by [`check`](crate::check).
@@ -150,7 +154,7 @@ pub fn parse_service(attr: TokenStream, item: TokenStream) -> Result<Service, (O
             Ok(())
         } else {
             Err(meta.error(
-                "gpu_rpc: unknown option on the trait; expected `namespace = \"...\"` (method options `async` and `opcode = N` go on methods)",
+                "gpu_rpc: unknown option on the trait; expected `namespace = \"...\"` (method options `async`, `parallel` and `opcode = N` go on methods)",
             ))
         }
     });
@@ -261,14 +265,13 @@ fn check_trait_header(item: &ItemTrait, errors: &mut Errors) {
 
 /// Take the `#[gpu_rpc(...)]` attributes off a method and parse it.
 fn parse_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
-    let mut is_async = false;
-    let mut explicit_opcode = None;
+    let mut opts = MethodOptions::default();
     let mut docs = Vec::new();
     let mut deprecated = Vec::new();
     let mut keep = Vec::new();
     for attr in std::mem::take(&mut f.attrs) {
         if attr.path().is_ident("gpu_rpc") {
-            parse_method_attr(&attr, &mut is_async, &mut explicit_opcode, errors);
+            parse_method_attr(&attr, &mut opts, errors);
             continue;
         }
         if attr.path().is_ident("doc") {
@@ -285,6 +288,11 @@ fn parse_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
     }
     f.attrs = keep;
 
+    let MethodOptions {
+        is_async,
+        parallel,
+        opcode: explicit_opcode,
+    } = opts;
     let sig = &f.sig;
     let errors_before = errors.count;
     let bad = |errors: &mut Errors, tokens: &dyn ToTokens, msg: &str| errors.at(tokens, msg);
@@ -421,6 +429,15 @@ fn parse_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
         }
     }
 
+    // Lanes run in parallel only by a method that returns.
+    if let (true, Ret::Never, ReturnType::Type(_, ty)) = (parallel, &ret, &sig.output) {
+        bad(
+            errors,
+            ty,
+            "gpu_rpc: a #[gpu_rpc(parallel)] method cannot return `!`: a lane that never returns would hold a host thread the other lanes wait for",
+        );
+    }
+
     (errors.count == errors_before).then(|| Method {
         name: sig.ident.unraw_string(),
         ident: sig.ident.clone(),
@@ -429,6 +446,7 @@ fn parse_method(f: &mut TraitItemFn, errors: &mut Errors) -> Option<Method> {
         args,
         ret,
         is_async,
+        parallel,
         explicit_opcode,
         opcode: 0,
     })
@@ -445,33 +463,50 @@ impl Unraw for Ident {
     }
 }
 
-fn parse_method_attr(attr: &Attribute, is_async: &mut bool, opcode: &mut Option<(u32, LitInt)>, errors: &mut Errors) {
+/// The options of one method's `#[gpu_rpc(...)]` attributes.
+#[derive(Default)]
+struct MethodOptions {
+    /// `async`.
+    is_async: bool,
+    /// `parallel`.
+    parallel: bool,
+    /// `opcode = N`.
+    opcode: Option<(u32, LitInt)>,
+}
+
+fn parse_method_attr(attr: &Attribute, opts: &mut MethodOptions, errors: &mut Errors) {
     let syn::Meta::List(list) = &attr.meta else {
         errors.at(
             attr,
-            "gpu_rpc: expected `#[gpu_rpc(async)]` or `#[gpu_rpc(opcode = N)]` on a method",
+            "gpu_rpc: expected `#[gpu_rpc(async)]`, `#[gpu_rpc(parallel)]` or `#[gpu_rpc(opcode = N)]` on a method",
         );
         return;
     };
     let r = list.parse_nested_meta(|meta| {
         if meta.path.is_ident("async") {
-            if *is_async {
+            if opts.is_async {
                 return Err(meta.error("gpu_rpc: duplicate `async`"));
             }
-            *is_async = true;
+            opts.is_async = true;
+            Ok(())
+        } else if meta.path.is_ident("parallel") {
+            if opts.parallel {
+                return Err(meta.error("gpu_rpc: duplicate `parallel`"));
+            }
+            opts.parallel = true;
             Ok(())
         } else if meta.path.is_ident("opcode") {
             let lit: LitInt = meta.value()?.parse()?;
             let v: u32 = lit.base10_parse().map_err(|_| {
                 syn::Error::new_spanned(&lit, "gpu_rpc: the opcode must be a u32 in 0x1_0000..0x8000_0000")
             })?;
-            if opcode.is_some() {
+            if opts.opcode.is_some() {
                 return Err(syn::Error::new_spanned(&lit, "gpu_rpc: duplicate `opcode`"));
             }
-            *opcode = Some((v, lit));
+            opts.opcode = Some((v, lit));
             Ok(())
         } else {
-            Err(meta.error("gpu_rpc: unknown method option; expected `async` or `opcode = N`"))
+            Err(meta.error("gpu_rpc: unknown method option; expected `async`, `parallel` or `opcode = N`"))
         }
     });
     if let Err(e) = r {

@@ -16,7 +16,8 @@
 //! `dispatcher.rs` the routing and error log, `serve_call.rs` the server's
 //! half of the call frame, `direct.rs` its copies of slices that go by
 //! address, `server_call.rs` the call as generated dispatch code sees it,
-//! `lane_records.rs` the flat per-lane storage of its argument blocks and
+//! `parallel.rs` how a `#[gpu_rpc(parallel)]` method's lanes
+//! run on several threads, `lane_records.rs` the flat per-lane storage of its argument blocks and
 //! return values, `spare.rs` the large buffers a thread keeps between calls
 //! for slices no lent memory holds, `pool.rs` the loop of a server thread, `idle.rs` how that
 //! loop waits when nothing is pending.
@@ -78,6 +79,19 @@ pub struct ServerConfig {
     /// sleep ([`IdlePolicy`]; default a 1 ms spin, then sleeps of 50 µs
     /// doubling to 1 ms).
     pub idle: IdlePolicy,
+    /// The most host threads the lanes of one call to a
+    /// `#[gpu_rpc(parallel)]` method run on, the serving thread included
+    /// (default 4; 0 or 1 runs them in lane order on the serving thread, as
+    /// a plain method's). The helpers are scoped threads started for the
+    /// call.
+    pub lane_threads: usize,
+    /// A call to a `#[gpu_rpc(parallel)]` method runs on one thread per
+    /// this many bytes of its lanes' streamed arguments and out-buffers, up
+    /// to [`lane_threads`](Self::lane_threads) (default 256 KiB: a call of
+    /// less runs in lane order; 0: every call of two lanes or more on
+    /// `lane_threads`). Starting a thread costs some tens of µs, what one
+    /// thread writes of memory in about 100 KiB.
+    pub parallel_min_bytes: u64,
 }
 
 impl Default for ServerConfig {
@@ -90,6 +104,8 @@ impl Default for ServerConfig {
             log_errors: true,
             keep_errors: 1024,
             idle: IdlePolicy::default(),
+            lane_threads: 4,
+            parallel_min_bytes: 256 << 10,
         }
     }
 }
@@ -191,6 +207,7 @@ mod direct;
 mod dispatcher;
 mod idle;
 mod lane_records;
+mod parallel;
 mod pool;
 mod serve_call;
 mod server_call;

@@ -395,6 +395,11 @@ impl Dispatcher {
             touched: Cell::new(0),
             errors: Vec::new(),
             n_in,
+            // One thread for each `parallel_min_bytes` the call moves.
+            lane_threads: match committed.checked_div(self.config.parallel_min_bytes) {
+                Some(n) => self.config.lane_threads.min(n.try_into().unwrap_or(usize::MAX)),
+                None => self.config.lane_threads,
+            },
             loan,
         };
         if accepted {

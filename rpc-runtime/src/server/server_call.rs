@@ -86,6 +86,19 @@ pub fn iter_lanes(mut mask: u64) -> impl Iterator<Item = u32> {
     })
 }
 
+/// `f()`, or the lane error a panic in it makes: [`Status::HandlerPanicked`],
+/// naming `method` (the one place a host method's panic becomes a lane's
+/// answer; [`ServerCall::catch_lane`]).
+pub(super) fn catch_lane<T>(method: Option<&str>, f: impl FnOnce() -> Result<T, LaneError>) -> Result<T, LaneError> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        Err(LaneError {
+            status: Status::HandlerPanicked,
+            detail: 0,
+            message: format!("{} panicked: {}", method.unwrap_or("?"), panic_message(&*payload)),
+        })
+    })
+}
+
 /// One call being served: per-lane arguments in, per-lane results out. The
 /// dispatch code `#[gpu_rpc]` generates reads arguments with
 /// [`arg`](Self::arg), [`str`](Self::str), [`slice`](Self::slice) and
@@ -122,6 +135,10 @@ pub struct ServerCall<'d> {
     pub(super) touched: core::cell::Cell<u64>,
     pub(super) errors: Vec<ServerError>,
     pub(super) n_in: usize,
+    /// How many threads a `#[gpu_rpc(parallel)]` method's lanes may run on
+    /// in this call ([`run_parallel`](Self::run_parallel)): the config's
+    /// `lane_threads`, or 1 for a call that moves too few bytes.
+    pub(super) lane_threads: usize,
     /// Memory the backend lent for the call's direct slices.
     pub(super) loan: Option<Loan<'d>>,
 }
@@ -440,29 +457,17 @@ impl ServerCall<'_> {
     /// Run `f` for every lane still `Ok`, in lane order, catching panics and
     /// recording errors: the body of a generated dispatch arm.
     pub fn run(&mut self, mut f: impl FnMut(&mut Self, u32) -> Result<(), LaneError>) {
+        let method = self.method;
         for lane in iter_lanes(self.ok) {
-            let r = catch_unwind(AssertUnwindSafe(|| f(self, lane)));
-            match r {
+            match catch_lane(method, || f(self, lane)) {
                 // The lane's out-buffers are final: on their way to the
                 // device while the next lanes run.
-                Ok(Ok(())) => {
+                Ok(()) => {
                     if let Some(loan) = &self.loan {
                         loan.lane_done(lane);
                     }
                 }
-                Ok(Err(e)) => self.fail(lane, e),
-                Err(payload) => {
-                    let msg = panic_message(&*payload);
-                    let method = self.method.unwrap_or("?");
-                    self.fail(
-                        lane,
-                        LaneError {
-                            status: Status::HandlerPanicked,
-                            detail: 0,
-                            message: format!("{method} panicked: {msg}"),
-                        },
-                    );
-                }
+                Err(e) => self.fail(lane, e),
             }
         }
     }

@@ -18,19 +18,26 @@ pub fn word(seed: u64, i: u64) -> u64 {
 }
 
 /// Large slices in and out; every method counts or writes the pattern.
+/// The methods that read or write every byte run a call's lanes on several
+/// host threads (`#[gpu_rpc(parallel)]`); `check_halves` and `give_half`
+/// keep the lanes in order on the serving thread, so the checks cover both.
 #[gpu_rpc]
 pub trait Bulk {
     /// How many bytes of `data` differ from [`byte`]`(seed, i)`.
+    #[gpu_rpc(parallel)]
     fn check_bytes(&self, seed: u64, data: &[u8]) -> u64;
     /// How many elements of `data` differ from the low half of
     /// [`word`]`(seed, i)`.
     fn check_halves(&self, seed: u64, data: &[u32]) -> u64;
     /// Fill `out` with [`byte`]`(seed, i)`; returns its length.
+    #[gpu_rpc(parallel)]
     fn give_bytes(&self, seed: u64, out: &mut [u8]) -> u64;
     /// Fill `out` with [`word`]`(seed, i)`; returns its length.
+    #[gpu_rpc(parallel)]
     fn give_words(&self, seed: u64, out: &mut [u64]) -> u64;
     /// Fill `out` with ones (the benchmark's host-to-device direction);
     /// returns its length.
+    #[gpu_rpc(parallel)]
     fn source(&self, out: &mut [u8]) -> u64;
     /// Fill the first half of `out` with [`byte`]`(seed, i)` and leave the
     /// rest; returns how many bytes of `out` were not zero when the method

@@ -51,8 +51,9 @@ use gpu_rpc::cuda::{
 };
 use gpu_rpc::server::{Dispatcher, IdlePolicy, ServerConfig};
 
-fn bench_dispatcher(counters: &Arc<Counters>) -> Dispatcher {
-    let mut d = Dispatcher::new(ServerConfig::default());
+/// A dispatcher with `config` serving `Bench` on `counters`.
+fn bench_dispatcher(counters: &Arc<Counters>, config: ServerConfig) -> Dispatcher {
+    let mut d = Dispatcher::new(config);
     d.add(BenchServer(Arc::clone(counters))).unwrap();
     d
 }
@@ -441,6 +442,7 @@ fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
         (v[v.len() / 2], v[0], v[v.len() - 1])
     };
     let mut ceilings = Vec::new();
+    let mut lanes_apart = Vec::new();
     for &dir in dirs {
         // (lanes, bytes per lane, pinned budget: the default, or one too
         // small to lend the slice, which then goes through the stages into
@@ -475,14 +477,18 @@ fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
             // (a server lives long; its first large call pins memory once,
             // as the baseline's pinned buffer is made before its timing);
             // that first run's GB/s is returned too.
-            let run = |packets: bool, total: usize| {
+            let run = |packets: bool, total: usize, lane_threads: usize| {
                 let iters = (total / per_call).clamp(4, 2000) as u32;
                 let mut rates = Vec::new();
                 let region = CudaRegion::new(dev, 1).unwrap().with_staging_limit(pinned);
                 for _ in 0..4 {
                     let counters = Arc::new(Counters::default());
                     let bulk = Arc::new(BulkHost::default());
-                    let mut d = bench_dispatcher(&counters);
+                    let config = ServerConfig {
+                        lane_threads,
+                        ..ServerConfig::default()
+                    };
+                    let mut d = bench_dispatcher(&counters, config);
                     d.add(BulkServer(Arc::clone(&bulk))).unwrap();
                     let args = [
                         KernelArg::Ptr(data.device_ptr()),
@@ -500,10 +506,21 @@ fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
                 let first = rates.remove(0);
                 (iters, median(rates), first, region.copies().stats())
             };
-            let (iters, (r, rlo, rhi), first, stats) = run(false, 1 << 30);
+            let threads = ServerConfig::default().lane_threads;
+            let (iters, (r, rlo, rhi), first, stats) = run(false, 1 << 30, threads);
             // The packets (the path before the direct one) at the sizes
             // where they finish in reasonable time.
-            let packets = (bytes <= 65_536).then(|| run(true, 64 << 20).1);
+            let packets = (bytes <= 65_536).then(|| run(true, 64 << 20, threads).1);
+            // `Bulk::source` runs a call's lanes on several threads
+            // (`#[gpu_rpc(parallel)]`) where the call moves enough bytes:
+            // the same rows with every lane on the serving thread.
+            if dir == 1 && lanes > 1 && per_call as u64 >= ServerConfig::default().parallel_min_bytes {
+                let (one, olo, ohi) = run(false, 1 << 30, 1).1;
+                lanes_apart.push(format!(
+                    "| {lanes} | {bytes} | {r:.3} [{rlo:.3}, {rhi:.3}] | {one:.3} [{olo:.3}, {ohi:.3}] | {:.2} |",
+                    r / one
+                ));
+            }
             // Baseline: the same bytes per warp-call, pinned host memory on
             // the other side.
             let host = PinnedBuffer::new(dev, per_call).unwrap();
@@ -557,6 +574,18 @@ fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
                 stats.lent_zeroed_bytes >> 20,
                 stats.cleaned_bytes >> 20,
             );
+        }
+    }
+    if !lanes_apart.is_empty() {
+        println!(
+            "\nHost → device, a call's lanes on {} threads (`ServerConfig::lane_threads`, the default) and on the \
+             serving thread alone (1), GB/s, median [min, max] of 3\n",
+            ServerConfig::default().lane_threads
+        );
+        println!("| lanes | bytes per lane-call | default | lane_threads 1 | default / 1 |");
+        println!("|---:|---:|---:|---:|---:|");
+        for row in &lanes_apart {
+            println!("{row}");
         }
     }
     if !ceilings.is_empty() {

@@ -1,0 +1,119 @@
+//! The lanes of one call on several host threads: how the dispatch that
+//! `#[gpu_rpc]` generates for a `#[gpu_rpc(parallel)]` method runs its
+//! host method.
+//!
+//! A generated arm for such a method has three steps. It reads every lane's
+//! arguments and takes its out-buffers on the serving thread (the call's
+//! state is the thread's own: [`ServerCall`] is not `Sync`). It hands each
+//! lane's host method, with those arguments, to
+//! [`ServerCall::run_parallel`], which runs them on up to
+//! [`ServerConfig::lane_threads`] threads when the call moves at least
+//! [`ServerConfig::parallel_min_bytes`], and in lane order on the serving
+//! thread otherwise. Back on the serving thread, it stores each lane's
+//! results and calls [`ServerCall::end_parallel`], which answers the lanes
+//! that failed and sends the others' out-buffers. What crosses threads is
+//! only what the method itself receives (its arguments, its out-buffers'
+//! slices) and what it returns.
+
+use super::server_call::catch_lane;
+use super::*;
+
+/// One lane of a parallel run: its number, the arguments of its host method
+/// until a thread takes them, and what the method gave.
+type LaneSlot<P, R> = (u32, Option<P>, Option<Result<R, LaneError>>);
+
+impl ServerCall<'_> {
+    /// Run `work` once per item (one item per lane: its lane and the
+    /// arguments of its host method), catching each panic, and give back
+    /// each lane's result in the items' order.
+    ///
+    /// The items run on up to [`ServerConfig::lane_threads`] threads (the
+    /// serving thread and scoped helpers, each a run of neighbouring lanes)
+    /// when the call's streamed arguments and out-buffers add up to at
+    /// least [`ServerConfig::parallel_min_bytes`]; else in order on the
+    /// serving thread. A helper the OS refuses leaves its lanes to the
+    /// serving thread. A lane whose method panics gets
+    /// [`Status::HandlerPanicked`], as in [`run`](Self::run).
+    pub fn run_parallel<P: Send, R: Send>(
+        &self,
+        items: Vec<(u32, P)>,
+        work: impl Fn(P) -> R + Sync,
+    ) -> Vec<(u32, Result<R, LaneError>)> {
+        // (The helpers see the method's name, not the call: `ServerCall`
+        // stays on this thread.)
+        let method = self.method;
+        let one = |p: P| catch_lane(method, || Ok(work(p)));
+        let threads = self.lane_threads.min(items.len()).max(1);
+        if threads == 1 {
+            return items.into_iter().map(|(lane, p)| (lane, one(p))).collect();
+        }
+        // Runs of neighbouring lanes, one per thread: lanes of one call ask
+        // for similar work, and each thread's writes stay in one stretch of
+        // the call's memory.
+        let per = items.len().div_ceil(threads);
+        let mut slots: Vec<LaneSlot<P, R>> = items.into_iter().map(|(lane, p)| (lane, Some(p), None)).collect();
+        let run = |chunk: &mut [LaneSlot<P, R>]| {
+            for (_, p, r) in chunk {
+                if let Some(p) = p.take() {
+                    *r = Some(one(p));
+                }
+            }
+        };
+        std::thread::scope(|scope| {
+            let mut chunks = slots.chunks_mut(per);
+            let mine = chunks.next();
+            for chunk in chunks {
+                // A chunk the OS gives no thread is left as it is and run
+                // below.
+                let _ = crate::spawn::scoped(scope, format!("gpu_rpc-lanes-p{}", self.port), || run(chunk));
+            }
+            if let Some(c) = mine {
+                run(c);
+            }
+        });
+        // (The scope joined the helpers: what is still here, no thread ran.)
+        run(&mut slots);
+        slots
+            .into_iter()
+            .map(|(lane, _, r)| {
+                // Every item ran: on a helper, here, or in the pass above.
+                (lane, r.expect("every lane of a parallel call runs"))
+            })
+            .collect()
+    }
+
+    /// Whether the lanes of this call to a `#[gpu_rpc(parallel)]` method
+    /// run on several threads: it has two lanes or more still `Ok`, and
+    /// moves enough bytes for a second thread
+    /// ([`ServerConfig::parallel_min_bytes`]). If not, the generated arm
+    /// runs them in lane order through [`run`](Self::run).
+    pub fn lanes_in_parallel(&self) -> bool {
+        self.lane_threads > 1 && self.ok.count_ones() > 1
+    }
+
+    /// `f()`, with a panic turned into lane error [`Status::HandlerPanicked`]
+    /// (the message names the method), as [`run`](Self::run) does for each
+    /// lane: in a parallel arm, around a lane's reads, its host method and
+    /// its stores, so that a panic in any of them (a `Wire::decode` too)
+    /// fails that lane alone.
+    pub fn catch_lane<T>(&self, f: impl FnOnce() -> Result<T, LaneError>) -> Result<T, LaneError> {
+        catch_lane(self.method, f)
+    }
+
+    /// The end of a parallel arm, once every lane's results are stored and
+    /// its out-buffers dropped: answer each lane of `failed` with its error
+    /// (logged in lane order, as [`run`](Self::run) logs them), then hand the
+    /// out-buffers of the lanes still `Ok` to the copy to the device, in
+    /// lane order.
+    pub fn end_parallel(&mut self, mut failed: Vec<(u32, LaneError)>) {
+        failed.sort_by_key(|&(lane, _)| lane);
+        for (lane, e) in failed {
+            self.fail(lane, e);
+        }
+        if let Some(loan) = &self.loan {
+            for lane in iter_lanes(self.ok) {
+                loan.lane_done(lane);
+            }
+        }
+    }
+}
