@@ -450,6 +450,7 @@ fn main() {
         (Workload::Noop, 32, 512, true),
         (Workload::Incr, 32, 512, true),
         (Workload::Incr, 32, 512, false),
+        (Workload::Noop, 1, 512, true),
         (Workload::Incr, 1, 512, true),
         (Workload::Incr, 64, 512, true),
         (Workload::LineInline, 32, 512, true),
