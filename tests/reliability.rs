@@ -1648,8 +1648,9 @@ fn out_buffers_go_to_the_device_while_later_lanes_run() {
 }
 
 /// A `#[gpu_rpc(parallel)]` method's lanes run on several host threads when
-/// the call moves at least `parallel_min_bytes` (one thread per that many
-/// bytes, up to `lane_threads`), on the serving thread alone below it or
+/// the call moves at least `parallel_min_bytes` (here 256 KiB; one thread
+/// per that many bytes, up to `lane_threads`), on the serving thread alone
+/// below it or
 /// with `lane_threads: 1`; every lane's bytes arrive whole wherever its
 /// out-buffer was kept (memory the backend lends, or the server's own
 /// buffers when it lends none); a lane whose method panics, whose argument
@@ -1684,9 +1685,9 @@ fn parallel_lanes_run_on_several_threads() {
         (true, 64 << 10, 4, 4),
         (false, 64 << 10, 4, 4),
         (true, 64 << 10, 1, 1),
-        // 16 × 32 KiB, 512 KiB: two threads of the default 256 KiB each.
+        // 16 × 32 KiB, 512 KiB: two threads of 256 KiB each.
         (true, 32 << 10, 4, 2),
-        // 16 × 4 KiB is under the default 256 KiB: in lane order.
+        // 16 × 4 KiB is under 256 KiB: in lane order.
         (true, 4 << 10, 4, 1),
     ] {
         for faults in [false, true] {
@@ -1695,6 +1696,7 @@ fn parallel_lanes_run_on_several_threads() {
             let mut d = Dispatcher::new(ServerConfig {
                 log_errors: false,
                 lane_threads,
+                parallel_min_bytes: 256 << 10,
                 ..ServerConfig::default()
             });
             d.add(RelServer(Arc::clone(&host))).unwrap();

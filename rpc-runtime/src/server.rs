@@ -87,10 +87,12 @@ pub struct ServerConfig {
     pub lane_threads: usize,
     /// A call to a `#[gpu_rpc(parallel)]` method runs on one thread per
     /// this many bytes of its lanes' streamed arguments and out-buffers, up
-    /// to [`lane_threads`](Self::lane_threads) (default 256 KiB: a call of
+    /// to [`lane_threads`](Self::lane_threads) (default 4 MiB: a call of
     /// less runs in lane order; 0: every call of two lanes or more on
-    /// `lane_threads`). Starting a thread costs some tens of µs, what one
-    /// thread writes of memory in about 100 KiB.
+    /// `lane_threads`). On the GPU machine's host (a VM) the helpers cost
+    /// about 250 µs a call, what one thread writes in 3-4 MiB of memory:
+    /// a warp of 32 × 64 KiB ran at half the speed on 4 threads, one of
+    /// 32 × 1 MiB 1.15 times as fast (BENCHMARKS.md, section 3).
     pub parallel_min_bytes: u64,
 }
 
@@ -105,7 +107,7 @@ impl Default for ServerConfig {
             keep_errors: 1024,
             idle: IdlePolicy::default(),
             lane_threads: 4,
-            parallel_min_bytes: 256 << 10,
+            parallel_min_bytes: 4 << 20,
         }
     }
 }

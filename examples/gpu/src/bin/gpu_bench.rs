@@ -39,7 +39,7 @@
 //! ```
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -420,6 +420,110 @@ fn contention(dev: &CudaDevice, module: &Module, iters: u32) {
     }
 }
 
+/// Issue 19's one-server-thread row (528 warps on 512 ports, `Bench::incr`,
+/// 20 calls per thread) launch by launch, to tell what its two levels
+/// (1.3-1.8 or 2.5-2.9 M warp-calls/s) follow: `regions` fresh regions
+/// (fresh pinned memory each), `launches` launches on each. Per launch: the
+/// rate, the CPUs the server thread was seen on (sampled from /proc every
+/// 200 µs while it ran), and at how many samples another running thread of
+/// this process was on its CPU.
+fn contention_probe(dev: &CudaDevice, module: &Module, regions: usize, launches: usize) {
+    let incr = module.kernel("rpc_incr_kernel").unwrap();
+    let sms = dev.sm_count().unwrap();
+    let (block, ports, iters) = (128u32, 512u32, 20u32);
+    let threads = sms as usize * block as usize;
+    println!(
+        "\n### Probe: one server thread, {} warps on {ports} ports, launch by launch\n",
+        threads / 32
+    );
+    println!(
+        "| region | launch | M warp-calls/s | server thread's CPUs | samples with another running thread on its CPU |"
+    );
+    println!("|---:|---:|---:|---|---:|");
+    for r in 0..regions {
+        let region = CudaRegion::new(dev, ports).unwrap();
+        for l in 0..launches {
+            let out = PinnedBuffer::new(dev, threads * 8).unwrap();
+            let d = round_trip_dispatcher();
+            let cfg = Launch {
+                grid: (sms, 1, 1),
+                block: (block, 1, 1),
+                server_threads: 1,
+                ..Launch::default()
+            };
+            let stop = AtomicBool::new(false);
+            let (res, samples) = std::thread::scope(|s| {
+                let sampler = s.spawn(|| sample_server_cpus(&stop));
+                let res = launch_with_region(
+                    &region,
+                    &incr,
+                    &cfg,
+                    &d,
+                    &[KernelArg::U32(iters), KernelArg::Ptr(out.device_ptr())],
+                );
+                // Release: pairs with the sampler's acquire load.
+                stop.store(true, Ordering::Release);
+                (res, sampler.join().unwrap())
+            });
+            let res = res.unwrap();
+            check_round_trips(&incr, incr_start, &out, threads, iters);
+            let mut cpus: Vec<usize> = samples.iter().map(|&(c, _)| c).collect();
+            cpus.sort_unstable();
+            cpus.dedup();
+            let shared = samples.iter().filter(|&&(_, other)| other).count();
+            println!(
+                "| {r} | {l} | {:.3} | {cpus:?} | {shared} of {} |",
+                res.calls as f64 / kernel_secs(&res) / 1e6,
+                samples.len()
+            );
+        }
+    }
+}
+
+/// Until `stop`, every 200 µs: the CPU the thread `gpu_rpc server 0` last
+/// ran on, and whether another running thread of this process (not this
+/// one) was on it (/proc/self/task/*/stat, Linux).
+fn sample_server_cpus(stop: &AtomicBool) -> Vec<(usize, bool)> {
+    // (state, CPU) of a task, from the fields after its `(comm)`.
+    let state_cpu = |stat: &str| -> Option<(char, usize)> {
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        Some((f.first()?.chars().next()?, f.get(36)?.parse().ok()?))
+    };
+    let me = std::fs::read_link("/proc/thread-self").ok();
+    let mut samples = Vec::new();
+    // Acquire: pairs with the launcher's release store.
+    while !stop.load(Ordering::Acquire) {
+        let mut server = None;
+        let mut running = Vec::new();
+        for t in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+            if me
+                .as_ref()
+                .is_some_and(|m| m.file_name() == Some(t.file_name().as_os_str()))
+            {
+                continue;
+            }
+            let (Ok(comm), Ok(stat)) = (
+                std::fs::read_to_string(t.path().join("comm")),
+                std::fs::read_to_string(t.path().join("stat")),
+            ) else {
+                continue;
+            };
+            let Some((state, cpu)) = state_cpu(&stat) else { continue };
+            if comm.trim() == "gpu_rpc server 0" {
+                server = Some(cpu);
+            } else if state == 'R' {
+                running.push(cpu);
+            }
+        }
+        if let Some(c) = server {
+            samples.push((c, running.contains(&c)));
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    samples
+}
+
 /// Workload 3 in the directions `dirs` (0: device to host, 1: host to
 /// device).
 fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
@@ -791,6 +895,12 @@ fn main() {
             },
         ),
         "tax" => tax(&dev, &module),
+        "contention-probe" => contention_probe(
+            &dev,
+            &module,
+            args.get(2).map_or(6, |n| n.parse().expect("regions")),
+            args.get(3).map_or(3, |n| n.parse().expect("launches per region")),
+        ),
         "idle" => idle(&module),
         "print-rpc" => print_rpc(&module, args.get(2).map(String::as_str).unwrap_or("/tmp/print-rpc.txt")),
         "all" => {
@@ -802,7 +912,7 @@ fn main() {
         }
         other => {
             eprintln!(
-                "gpu_bench: unknown workload `{other}` (null, contention, bandwidth, tax, idle, print-rpc, print-cuda, all)"
+                "gpu_bench: unknown workload `{other}` (null, contention, contention-probe, bandwidth, tax, idle, print-rpc, print-cuda, all)"
             );
             std::process::exit(2)
         }
