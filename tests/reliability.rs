@@ -1680,7 +1680,8 @@ fn parallel_lanes_run_on_several_threads() {
     const NOT_BOOL: u32 = 5;
     const DECODE_PANICS: u32 = 7;
     const UNMAPPED: u32 = 9;
-    // (lent memory, bytes per lane, lane_threads, threads the lanes run on)
+    // (lent memory, bytes per lane, lane_threads, the most threads the lanes
+    // run on)
     for (lend, each, lane_threads, want_threads) in [
         (true, 64 << 10, 4, 4),
         (false, 64 << 10, 4, 4),
@@ -1713,8 +1714,13 @@ fn parallel_lanes_run_on_several_threads() {
                 _ => vec![l as u8, 1, 0],
             };
             let statuses = served_fill_of(RelRpc::FILL_PARALLEL, &d, &Memory(lend), LANES, each, addr, args);
+            // (Which helper takes which run of lanes is the helpers' race:
+            // one may take several.)
             let threads = host.threads.lock().unwrap().len();
-            assert_eq!(threads, want_threads, "{what}");
+            match want_threads {
+                1 => assert_eq!(threads, 1, "{what}"),
+                n => assert!((2..=n).contains(&threads), "{what}: {threads} threads"),
+            }
             let errors = d.errors();
             for l in 0..LANES {
                 let want = match l {

@@ -17,7 +17,7 @@
 //! half of the call frame, `direct.rs` its copies of slices that go by
 //! address, `server_call.rs` the call as generated dispatch code sees it,
 //! `parallel.rs` how a `#[gpu_rpc(parallel)]` method's lanes
-//! run on several threads, `lane_records.rs` the flat per-lane storage of its argument blocks and
+//! run on several threads, `lane_pool.rs` the helper threads they run on, `lane_records.rs` the flat per-lane storage of its argument blocks and
 //! return values, `spare.rs` the large buffers a thread keeps between calls
 //! for slices no lent memory holds, `pool.rs` the loop of a server thread, `idle.rs` how that
 //! loop waits when nothing is pending.
@@ -82,17 +82,17 @@ pub struct ServerConfig {
     /// The most host threads the lanes of one call to a
     /// `#[gpu_rpc(parallel)]` method run on, the serving thread included
     /// (default 4; 0 or 1 runs them in lane order on the serving thread, as
-    /// a plain method's). The helpers are scoped threads started for the
-    /// call.
+    /// a plain method's). The dispatcher starts `lane_threads - 1` helper
+    /// threads at the first call that needs them and keeps them, parked,
+    /// until it is dropped; the server threads share them.
     pub lane_threads: usize,
     /// A call to a `#[gpu_rpc(parallel)]` method runs on one thread per
     /// this many bytes of its lanes' streamed arguments and out-buffers, up
     /// to [`lane_threads`](Self::lane_threads) (default 4 MiB: a call of
     /// less runs in lane order; 0: every call of two lanes or more on
-    /// `lane_threads`). On the GPU machine's host (a VM) the helpers cost
-    /// about 250 µs a call, what one thread writes in 3-4 MiB of memory:
-    /// a warp of 32 × 64 KiB ran at half the speed on 4 threads, one of
-    /// 32 × 1 MiB 1.15 times as fast (BENCHMARKS.md, section 3).
+    /// `lane_threads`). Handing lanes to the kept helpers costs some µs of
+    /// wake-up a call; threads started per call cost about 250 µs on the
+    /// GPU machine's host (BENCHMARKS.md, section 3).
     pub parallel_min_bytes: u64,
 }
 
@@ -208,6 +208,7 @@ pub enum AddError {
 mod direct;
 mod dispatcher;
 mod idle;
+mod lane_pool;
 mod lane_records;
 mod parallel;
 mod pool;

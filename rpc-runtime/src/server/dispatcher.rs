@@ -2,6 +2,7 @@
 //! the error log, and serving one opened port (the frame itself is decoded
 //! in `serve_call.rs`).
 
+use super::lane_pool::LanePool;
 use super::serve_call::Scratch;
 use super::*;
 
@@ -18,6 +19,9 @@ pub struct Dispatcher {
     pub(super) calls: AtomicU64,
     /// Metrics of calls to opcodes nobody serves.
     pub(super) unknown: Counters,
+    /// The helpers of `#[gpu_rpc(parallel)]` calls, started at the first
+    /// call that runs on several threads.
+    pub(super) lane_pool: LanePool,
 }
 
 /// Where the calls of one opcode go, and what they have cost so far.
@@ -72,6 +76,7 @@ impl fmt::Debug for Dispatcher {
 impl Dispatcher {
     /// An empty dispatcher (it still answers the runtime's no-op call).
     pub fn new(config: ServerConfig) -> Self {
+        let lane_pool = LanePool::new(config.lane_threads.saturating_sub(1));
         Dispatcher {
             services: Vec::new(),
             table: Routes(vec![(opcodes::NOOP, Route::new(None, "gpu_rpc::noop"))]),
@@ -80,6 +85,7 @@ impl Dispatcher {
             error_count: AtomicU64::new(0),
             calls: AtomicU64::new(0),
             unknown: Counters::default(),
+            lane_pool,
         }
     }
 

@@ -7,13 +7,16 @@
 //! state is the thread's own: [`ServerCall`] is not `Sync`). It hands each
 //! lane's host method, with those arguments, to
 //! [`ServerCall::run_parallel`], which runs them on up to
-//! [`ServerConfig::lane_threads`] threads when the call moves at least
-//! [`ServerConfig::parallel_min_bytes`], and in lane order on the serving
-//! thread otherwise. Back on the serving thread, it stores each lane's
+//! [`ServerConfig::lane_threads`] threads (the serving thread and the
+//! dispatcher's kept helpers, `lane_pool.rs`). A call that moves less than
+//! [`ServerConfig::parallel_min_bytes`], or has one lane, takes the plain
+//! arm instead ([`ServerCall::run`], in lane order). Back on the serving thread, it stores each lane's
 //! results and calls [`ServerCall::end_parallel`], which answers the lanes
 //! that failed and sends the others' out-buffers. What crosses threads is
 //! only what the method itself receives (its arguments, its out-buffers'
 //! slices) and what it returns.
+
+use std::sync::Mutex;
 
 use super::server_call::catch_lane;
 use super::*;
@@ -28,11 +31,12 @@ impl ServerCall<'_> {
     /// each lane's result in the items' order.
     ///
     /// The items run on up to [`ServerConfig::lane_threads`] threads (the
-    /// serving thread and scoped helpers, each a run of neighbouring lanes)
-    /// when the call's streamed arguments and out-buffers add up to at
-    /// least [`ServerConfig::parallel_min_bytes`]; else in order on the
-    /// serving thread. A helper the OS refuses leaves its lanes to the
-    /// serving thread. A lane whose method panics gets
+    /// serving thread and the dispatcher's kept helpers, `lane_pool.rs`,
+    /// each a run of neighbouring lanes), one per
+    /// [`ServerConfig::parallel_min_bytes`] of the call's streamed arguments
+    /// and out-buffers; else in order on the serving thread. A helper the
+    /// OS refused to start leaves its share to the others (to the serving
+    /// thread if none started). A lane whose method panics gets
     /// [`Status::HandlerPanicked`], as in [`run`](Self::run).
     pub fn run_parallel<P: Send, R: Send>(
         &self,
@@ -59,19 +63,16 @@ impl ServerCall<'_> {
                 }
             }
         };
-        std::thread::scope(|scope| {
-            let mut chunks = slots.chunks_mut(per);
-            let mine = chunks.next();
-            for chunk in chunks {
-                // A chunk the OS gives no thread is left as it is and run
-                // below.
-                let _ = crate::spawn::scoped(scope, format!("gpu_rpc-lanes-p{}", self.port), || run(chunk));
-            }
-            if let Some(c) = mine {
-                run(c);
-            }
-        });
-        // (The scope joined the helpers: what is still here, no thread ran.)
+        {
+            // One chunk per task; a task takes its chunk once.
+            let chunks: Vec<Mutex<&mut [LaneSlot<P, R>]>> = slots.chunks_mut(per).map(Mutex::new).collect();
+            self.lane_pool.scope(chunks.len(), &|i| {
+                if let Ok(mut c) = chunks[i].lock() {
+                    run(&mut c);
+                }
+            });
+        }
+        // (Every task has run: what is still here, a task's lock refused.)
         run(&mut slots);
         slots
             .into_iter()

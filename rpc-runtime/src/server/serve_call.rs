@@ -400,6 +400,7 @@ impl Dispatcher {
                 Some(n) => self.config.lane_threads.min(n.try_into().unwrap_or(usize::MAX)),
                 None => self.config.lane_threads,
             },
+            lane_pool: &self.lane_pool,
             loan,
         };
         if accepted {

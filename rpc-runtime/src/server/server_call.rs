@@ -139,6 +139,8 @@ pub struct ServerCall<'d> {
     /// in this call ([`run_parallel`](Self::run_parallel)): the config's
     /// `lane_threads`, or 1 for a call that moves too few bytes.
     pub(super) lane_threads: usize,
+    /// Where the dispatcher keeps the helpers of parallel calls.
+    pub(super) lane_pool: &'d super::lane_pool::LanePool,
     /// Memory the backend lent for the call's direct slices.
     pub(super) loan: Option<Loan<'d>>,
 }

@@ -581,18 +581,14 @@ fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
             // (a server lives long; its first large call pins memory once,
             // as the baseline's pinned buffer is made before its timing);
             // that first run's GB/s is returned too.
-            let run = |packets: bool, total: usize, lane_threads: usize| {
+            let run = |packets: bool, total: usize, config: &ServerConfig| {
                 let iters = (total / per_call).clamp(4, 2000) as u32;
                 let mut rates = Vec::new();
                 let region = CudaRegion::new(dev, 1).unwrap().with_staging_limit(pinned);
                 for _ in 0..4 {
                     let counters = Arc::new(Counters::default());
                     let bulk = Arc::new(BulkHost::default());
-                    let config = ServerConfig {
-                        lane_threads,
-                        ..ServerConfig::default()
-                    };
-                    let mut d = bench_dispatcher(&counters, config);
+                    let mut d = bench_dispatcher(&counters, config.clone());
                     d.add(BulkServer(Arc::clone(&bulk))).unwrap();
                     let args = [
                         KernelArg::Ptr(data.device_ptr()),
@@ -610,19 +606,38 @@ fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
                 let first = rates.remove(0);
                 (iters, median(rates), first, region.copies().stats())
             };
-            let threads = ServerConfig::default().lane_threads;
-            let (iters, (r, rlo, rhi), first, stats) = run(false, 1 << 30, threads);
+            let config = ServerConfig::default();
+            let (iters, (r, rlo, rhi), first, stats) = run(false, 1 << 30, &config);
             // The packets (the path before the direct one) at the sizes
             // where they finish in reasonable time.
-            let packets = (bytes <= 65_536).then(|| run(true, 64 << 20, threads).1);
+            let packets = (bytes <= 65_536).then(|| run(true, 64 << 20, &config).1);
             // `Bulk::source` runs a call's lanes on several threads
             // (`#[gpu_rpc(parallel)]`) where the call moves enough bytes:
-            // the same rows with every lane on the serving thread.
-            if dir == 1 && lanes > 1 && per_call as u64 >= ServerConfig::default().parallel_min_bytes {
-                let (one, olo, ohi) = run(false, 1 << 30, 1).1;
+            // the same rows with every lane on the serving thread, and with
+            // a thread for every 256 KiB of the call.
+            if dir == 1 && lanes > 1 && bytes >= 65_536 {
+                let cell = |(m, lo, hi): (f64, f64, f64)| format!("{m:.3} [{lo:.3}, {hi:.3}]");
+                let one = run(
+                    false,
+                    1 << 30,
+                    &ServerConfig {
+                        lane_threads: 1,
+                        ..config.clone()
+                    },
+                )
+                .1;
+                let small = ServerConfig {
+                    parallel_min_bytes: 256 << 10,
+                    ..config.clone()
+                };
+                let split = run(false, 1 << 30, &small).1;
                 lanes_apart.push(format!(
-                    "| {lanes} | {bytes} | {r:.3} [{rlo:.3}, {rhi:.3}] | {one:.3} [{olo:.3}, {ohi:.3}] | {:.2} |",
-                    r / one
+                    "| {lanes} | {bytes} | {} | {} | {} | {:.2} | {:.2} |",
+                    cell((r, rlo, rhi)),
+                    cell(one),
+                    cell(split),
+                    r / one.0,
+                    split.0 / one.0
                 ));
             }
             // Baseline: the same bytes per warp-call, pinned host memory on
@@ -682,12 +697,16 @@ fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
     }
     if !lanes_apart.is_empty() {
         println!(
-            "\nHost → device, a call's lanes on {} threads (`ServerConfig::lane_threads`, the default) and on the \
-             serving thread alone (1), GB/s, median [min, max] of 3\n",
-            ServerConfig::default().lane_threads
+            "\nHost → device, `Bulk::source` (`#[gpu_rpc(parallel)]`): the default configuration (up to {} threads, \
+             one per {} KiB of the call), every lane on the serving thread (`lane_threads: 1`), and a thread per \
+             256 KiB; GB/s, median [min, max] of 3\n",
+            ServerConfig::default().lane_threads,
+            ServerConfig::default().parallel_min_bytes >> 10
         );
-        println!("| lanes | bytes per lane-call | default | lane_threads 1 | default / 1 |");
-        println!("|---:|---:|---:|---:|---:|");
+        println!(
+            "| lanes | bytes per lane-call | default | lane_threads 1 | 256 KiB a thread | default / 1 | 256 KiB / 1 |"
+        );
+        println!("|---:|---:|---:|---:|---:|---:|---:|");
         for row in &lanes_apart {
             println!("{row}");
         }

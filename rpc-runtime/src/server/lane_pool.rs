@@ -1,0 +1,252 @@
+//! The helper threads a [`Dispatcher`] keeps for the lanes of
+//! `#[gpu_rpc(parallel)]` calls (`parallel.rs`): started at the first call
+//! that runs its lanes on several threads, parked on a condition variable
+//! between calls, stopped when the dispatcher is dropped. A call hands them
+//! tasks that borrow its stack and waits until every one has run, so a
+//! task never outlives what it borrows. (Threads started per call cost
+//! about 250 µs a call on the GPU machine's host; a parked helper's wake-up
+//! is some µs.)
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a caller spins for its last tasks before it sleeps on them:
+/// they are usually a few µs from done when its own task is (the lanes of
+/// one call ask for similar work).
+const SPIN: Duration = Duration::from_micros(50);
+
+/// Kept helper threads; see the module docs.
+pub(super) struct LanePool {
+    /// How many helpers to start.
+    helpers: usize,
+    /// The helpers, once started.
+    started: OnceLock<Helpers>,
+}
+
+/// The started helpers.
+struct Helpers {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// What the helpers and the callers share.
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Signalled when a task is queued, and when the pool stops.
+    work: Condvar,
+}
+
+#[derive(Default)]
+struct Queue {
+    tasks: VecDeque<Task>,
+    stop: bool,
+}
+
+/// One task of a [`LanePool::scope`]: `(*run)(index)`, then a count down
+/// of `done`.
+struct Task {
+    /// The caller's closure, borrowed from its stack with the lifetime
+    /// erased: valid until `done` reaches zero, which the caller waits for.
+    run: *const (dyn Fn(usize) + Sync),
+    index: usize,
+    done: Arc<Latch>,
+}
+
+// SAFETY: `run` points to a `Sync` closure (callable from any thread
+// through a shared reference), and `LanePool::scope` keeps it alive until
+// every task holding it has counted down; the rest is `Send`.
+unsafe impl Send for Task {}
+
+/// Counts a scope's tasks down to zero.
+struct Latch {
+    left: AtomicUsize,
+    lock: Mutex<()>,
+    zero: Condvar,
+}
+
+impl Latch {
+    fn count_down(&self) {
+        // AcqRel: the task's writes happen before the caller's acquire load
+        // that sees zero (a release sequence of RMWs), and each count down
+        // sees the ones before it.
+        if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // Under the lock: a caller that saw work left while holding it
+            // is waiting on `zero` before this notifies.
+            let _g = lock(&self.lock);
+            self.zero.notify_all();
+        }
+    }
+
+    fn wait(&self) {
+        let start = Instant::now();
+        // Acquire: pairs with the count downs' releases (see there).
+        while self.left.load(Ordering::Acquire) != 0 {
+            if start.elapsed() > SPIN {
+                let mut g = lock(&self.lock);
+                // Acquire: as above.
+                while self.left.load(Ordering::Acquire) != 0 {
+                    g = self.zero.wait(g).unwrap_or_else(PoisonError::into_inner);
+                }
+                return;
+            }
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// A lock that a panic elsewhere does not make unusable (nothing these
+/// locks guard can be left half-written).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl LanePool {
+    /// A pool of `helpers` threads, started at its first [`scope`](Self::scope)
+    /// of two tasks or more (fewer if the OS refuses some).
+    pub(super) fn new(helpers: usize) -> Self {
+        LanePool {
+            helpers,
+            started: OnceLock::new(),
+        }
+    }
+
+    fn start(helpers: usize) -> Helpers {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            work: Condvar::new(),
+        });
+        let threads = (0..helpers)
+            .filter_map(|i| {
+                let shared = Arc::clone(&shared);
+                std::thread::Builder::new()
+                    .name(format!("gpu_rpc lanes {i}"))
+                    .spawn(move || helper(&shared))
+                    .ok()
+            })
+            .collect();
+        Helpers { shared, threads }
+    }
+
+    /// Run `task(i)` for every `i` in `0..n`, task 0 on this thread and the
+    /// others on the helpers (all on this thread if there are none), and
+    /// return once every one has run. `task` catches its own panics; one
+    /// that escapes a helper is caught there and ends only that task.
+    pub(super) fn scope(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
+        if n < 2 || self.helpers == 0 {
+            (0..n).for_each(task);
+            return;
+        }
+        let h = self.started.get_or_init(|| Self::start(self.helpers));
+        if h.threads.is_empty() {
+            (0..n).for_each(task);
+            return;
+        }
+        let done = Arc::new(Latch {
+            left: AtomicUsize::new(n - 1),
+            lock: Mutex::new(()),
+            zero: Condvar::new(),
+        });
+        // Waits for the queued tasks even if this thread's own unwinds, so
+        // that none runs after `task`'s borrow ends.
+        struct WaitOnDrop<'a>(&'a Latch);
+        impl Drop for WaitOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.wait();
+            }
+        }
+        let guard = WaitOnDrop(&done);
+        {
+            // The closure with its lifetime erased, for the tasks.
+            let run: *const (dyn Fn(usize) + Sync) = {
+                type Erased = &'static (dyn Fn(usize) + Sync);
+                // SAFETY: only the lifetime changes; the tasks queued here use
+                // the pointer, and each runs and counts `done` down before
+                // `guard` lets this function return (or unwind).
+                unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), Erased>(task) }
+            };
+            let mut q = lock(&h.shared.queue);
+            q.tasks.extend((1..n).map(|index| Task {
+                run,
+                index,
+                done: Arc::clone(&done),
+            }));
+        }
+        h.shared.work.notify_all();
+        task(0);
+        drop(guard);
+    }
+}
+
+/// A helper's loop: run queued tasks until the pool stops.
+fn helper(shared: &Shared) {
+    loop {
+        let t = {
+            let mut q = lock(&shared.queue);
+            loop {
+                if let Some(t) = q.tasks.pop_front() {
+                    break t;
+                }
+                if q.stop {
+                    return;
+                }
+                q = shared.work.wait(q).unwrap_or_else(PoisonError::into_inner);
+            }
+        };
+        // SAFETY: the scope that queued `t` is waiting for `t.done`, so the
+        // closure `t.run` points to is alive until the count down below.
+        let run = unsafe { &*t.run };
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(t.index)));
+        t.done.count_down();
+    }
+}
+
+impl Drop for Helpers {
+    fn drop(&mut self) {
+        lock(&self.shared.queue).stop = true;
+        self.shared.work.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every task runs once, on more than one thread when there are
+    /// helpers, whatever the number of tasks against helpers.
+    #[test]
+    fn every_task_runs_once() {
+        for helpers in [0, 1, 3] {
+            let pool = LanePool::new(helpers);
+            for n in [0, 1, 2, 4, 9] {
+                let runs: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                let threads = Mutex::new(Vec::new());
+                pool.scope(n, &|i| {
+                    // Relaxed: read after the scope, which orders it.
+                    runs[i].fetch_add(1, Ordering::Relaxed);
+                    let me = std::thread::current().id();
+                    let mut t = lock(&threads);
+                    if !t.contains(&me) {
+                        t.push(me);
+                    }
+                    drop(t);
+                    std::thread::sleep(Duration::from_millis(2));
+                });
+                assert!(
+                    runs.iter().all(|r| r.load(Ordering::Relaxed) == 1),
+                    "{helpers} helpers, {n} tasks"
+                );
+                let used = threads.into_inner().unwrap().len();
+                assert!(
+                    used <= helpers + 1 && (n < 2 || helpers == 0 || used > 1),
+                    "{helpers}, {n}: {used}"
+                );
+            }
+        }
+    }
+}
