@@ -51,7 +51,12 @@ impl Ctx {
 }
 
 fn dispatcher(services: Vec<Arc<dyn Service>>) -> Dispatcher {
-    let mut d = Dispatcher::new(ServerConfig::default());
+    dispatcher_with(ServerConfig::default(), services)
+}
+
+/// [`dispatcher`] with `config`.
+fn dispatcher_with(config: ServerConfig, services: Vec<Arc<dyn Service>>) -> Dispatcher {
+    let mut d = Dispatcher::new(config);
     for s in services {
         d.add_arc(s).expect("no opcode collisions");
     }
@@ -392,7 +397,15 @@ fn bulk_checks(ctx: &mut Ctx, module: &Module) {
         let t0 = Instant::now();
         let threads = (grid * block) as usize;
         let host = Arc::new(BulkHost::default());
-        let d = dispatcher(vec![Arc::new(BulkServer(Arc::clone(&host)))]);
+        // `Bulk`'s byte-wise methods are `#[gpu_rpc(parallel)]`: a thread
+        // per 64 KiB of a call (the default is 4 MiB), so that the warps'
+        // calls here run on the kept helpers, two server threads sharing
+        // them.
+        let config = ServerConfig {
+            parallel_min_bytes: 64 << 10,
+            ..ServerConfig::default()
+        };
+        let d = dispatcher_with(config, vec![Arc::new(BulkServer(Arc::clone(&host)))]);
         let out = PinnedBuffer::new(&ctx.dev, threads * 8).expect("buffer");
         let cfg = Launch {
             grid: (grid, 1, 1),
