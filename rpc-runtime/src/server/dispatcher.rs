@@ -76,7 +76,7 @@ impl fmt::Debug for Dispatcher {
 impl Dispatcher {
     /// An empty dispatcher (it still answers the runtime's no-op call).
     pub fn new(config: ServerConfig) -> Self {
-        let lane_pool = LanePool::new(config.lane_threads.saturating_sub(1));
+        let lane_pool = LanePool::new(config.lane_threads.saturating_sub(1), config.idle.spin);
         Dispatcher {
             services: Vec::new(),
             table: Routes(vec![(opcodes::NOOP, Route::new(None, "gpu_rpc::noop"))]),

@@ -1,11 +1,14 @@
 //! The helper threads a [`Dispatcher`] keeps for the lanes of
 //! `#[gpu_rpc(parallel)]` calls (`parallel.rs`): started at the first call
-//! that runs its lanes on several threads, parked on a condition variable
-//! between calls, stopped when the dispatcher is dropped. A call hands them
-//! tasks that borrow its stack and waits until every one has run, so a
-//! task never outlives what it borrows. (Threads started per call cost
-//! about 250 µs a call on the GPU machine's host; a parked helper's wake-up
-//! is some µs.)
+//! that runs its lanes on several threads; after a task a helper spins for
+//! the next one as long as an idle server thread does
+//! ([`IdlePolicy::spin`](super::IdlePolicy::spin)), then parks on a
+//! condition variable; stopped when the dispatcher is dropped. A call hands
+//! them tasks that borrow its stack and waits until every one has run, so a
+//! task never outlives what it borrows. (On the GPU machine's host, a VM,
+//! threads started per call cost about 250 µs a call, and waking parked
+//! helpers made a warp-call of 2 MiB twice as slow: waking a thread there
+//! is slow, so helpers that are busy keep spinning.)
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,6 +25,8 @@ const SPIN: Duration = Duration::from_micros(50);
 pub(super) struct LanePool {
     /// How many helpers to start.
     helpers: usize,
+    /// How long they spin for work before they park.
+    spin: Duration,
     /// The helpers, once started.
     started: OnceLock<Helpers>,
 }
@@ -35,14 +40,33 @@ struct Helpers {
 /// What the helpers and the callers share.
 struct Shared {
     queue: Mutex<Queue>,
-    /// Signalled when a task is queued, and when the pool stops.
+    /// Signalled when a task is queued while a helper is parked, and when
+    /// the pool stops.
     work: Condvar,
+    /// How many tasks are queued: what a spinning helper watches without
+    /// taking the lock (changed under it).
+    queued: AtomicUsize,
+    /// How long a helper spins for the next task before it parks.
+    spin: Duration,
 }
 
 #[derive(Default)]
 struct Queue {
     tasks: VecDeque<Task>,
+    /// Helpers waiting on `work`.
+    parked: usize,
     stop: bool,
+}
+
+impl Queue {
+    /// The next task, if any, counted out of `queued`.
+    fn pop(&mut self, queued: &AtomicUsize) -> Option<Task> {
+        let t = self.tasks.pop_front()?;
+        // Relaxed: a hint for spinning helpers; the task itself is taken
+        // under the lock.
+        queued.fetch_sub(1, Ordering::Relaxed);
+        Some(t)
+    }
 }
 
 /// One task of a [`LanePool::scope`]: `(*run)(index)`, then a count down
@@ -104,19 +128,23 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl LanePool {
-    /// A pool of `helpers` threads, started at its first [`scope`](Self::scope)
-    /// of two tasks or more (fewer if the OS refuses some).
-    pub(super) fn new(helpers: usize) -> Self {
+    /// A pool of `helpers` threads that spin `spin` for work before they
+    /// park, started at its first [`scope`](Self::scope) of two tasks or
+    /// more (fewer if the OS refuses some).
+    pub(super) fn new(helpers: usize, spin: Duration) -> Self {
         LanePool {
             helpers,
+            spin,
             started: OnceLock::new(),
         }
     }
 
-    fn start(helpers: usize) -> Helpers {
+    fn start(helpers: usize, spin: Duration) -> Helpers {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             work: Condvar::new(),
+            queued: AtomicUsize::new(0),
+            spin,
         });
         let threads = (0..helpers)
             .filter_map(|i| {
@@ -139,7 +167,7 @@ impl LanePool {
             (0..n).for_each(task);
             return;
         }
-        let h = self.started.get_or_init(|| Self::start(self.helpers));
+        let h = self.started.get_or_init(|| Self::start(self.helpers, self.spin));
         if h.threads.is_empty() {
             (0..n).for_each(task);
             return;
@@ -173,26 +201,53 @@ impl LanePool {
                 index,
                 done: Arc::clone(&done),
             }));
+            // Relaxed: a hint (see `queued`).
+            h.shared.queued.fetch_add(n - 1, Ordering::Relaxed);
+            // (Under the lock: a helper that found no task parks before
+            // this looks, and is counted.)
+            if q.parked > 0 {
+                h.shared.work.notify_all();
+            }
         }
-        h.shared.work.notify_all();
         task(0);
         drop(guard);
     }
 }
 
-/// A helper's loop: run queued tasks until the pool stops.
+/// A helper's loop: run queued tasks until the pool stops; between them,
+/// spin for `shared.spin`, then park.
 fn helper(shared: &Shared) {
     loop {
-        let t = {
-            let mut q = lock(&shared.queue);
-            loop {
-                if let Some(t) = q.tasks.pop_front() {
-                    break t;
+        let mut t = None;
+        let until = Instant::now() + shared.spin;
+        for i in 0u32.. {
+            // Relaxed: a hint; the task is taken under the lock.
+            if shared.queued.load(Ordering::Relaxed) > 0 {
+                t = lock(&shared.queue).pop(&shared.queued);
+                if t.is_some() {
+                    break;
                 }
-                if q.stop {
-                    return;
+            }
+            if i % 64 == 0 && Instant::now() >= until {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        let t = match t {
+            Some(t) => t,
+            None => {
+                let mut q = lock(&shared.queue);
+                loop {
+                    if let Some(t) = q.pop(&shared.queued) {
+                        break t;
+                    }
+                    if q.stop {
+                        return;
+                    }
+                    q.parked += 1;
+                    q = shared.work.wait(q).unwrap_or_else(PoisonError::into_inner);
+                    q.parked -= 1;
                 }
-                q = shared.work.wait(q).unwrap_or_else(PoisonError::into_inner);
             }
         };
         // SAFETY: the scope that queued `t` is waiting for `t.done`, so the
@@ -222,7 +277,7 @@ mod tests {
     #[test]
     fn every_task_runs_once() {
         for helpers in [0, 1, 3] {
-            let pool = LanePool::new(helpers);
+            let pool = LanePool::new(helpers, Duration::from_micros(200));
             for n in [0, 1, 2, 4, 9] {
                 let runs: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
                 let threads = Mutex::new(Vec::new());

@@ -480,8 +480,8 @@ fn contention_probe(dev: &CudaDevice, module: &Module, regions: usize, launches:
     }
 }
 
-/// Until `stop`, every 200 µs: the CPU the thread `gpu_rpc server 0` last
-/// ran on, and whether another running thread of this process (not this
+/// Until `stop`, every 200 µs: the CPU the server thread (the only thread
+/// named `gpu_rpc server ...`) last ran on, and whether another running thread of this process (not this
 /// one) was on it (/proc/self/task/*/stat, Linux).
 fn sample_server_cpus(stop: &AtomicBool) -> Vec<(usize, bool)> {
     // (state, CPU) of a task, from the fields after its `(comm)`.
@@ -510,7 +510,8 @@ fn sample_server_cpus(stop: &AtomicBool) -> Vec<(usize, bool)> {
                 continue;
             };
             let Some((state, cpu)) = state_cpu(&stat) else { continue };
-            if comm.trim() == "gpu_rpc server 0" {
+            // (A thread's `comm` is its name cut to 15 bytes.)
+            if comm.trim() == "gpu_rpc server" {
                 server = Some(cpu);
             } else if state == 'R' {
                 running.push(cpu);
