@@ -90,9 +90,11 @@ pub struct ServerConfig {
     /// this many bytes of its lanes' streamed arguments and out-buffers, up
     /// to [`lane_threads`](Self::lane_threads) (default 4 MiB: a call of
     /// less runs in lane order; 0: every call of two lanes or more on
-    /// `lane_threads`). Handing lanes to the kept helpers costs some µs of
-    /// wake-up a call; threads started per call cost about 250 µs on the
-    /// GPU machine's host (BENCHMARKS.md, section 3).
+    /// `lane_threads`). The kept helpers spin for work as long as idle
+    /// server threads do ([`IdlePolicy::spin`]), then park; waking a parked
+    /// one costs as much as a thread start on the GPU machine's host (about
+    /// 250 µs a call), and on a memory-bound fill four threads gained at
+    /// most 1.15× at 32 MiB a call (BENCHMARKS.md, section 3).
     pub parallel_min_bytes: u64,
 }
 
