@@ -11,7 +11,7 @@
 //! is slow, so helpers that are busy keep spinning.)
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -48,6 +48,9 @@ struct Shared {
     queued: AtomicUsize,
     /// How long a helper spins for the next task before it parks.
     spin: Duration,
+    /// The pool is stopping (set with `Queue::stop`): a spinning helper
+    /// stops spinning.
+    stopping: AtomicBool,
 }
 
 #[derive(Default)]
@@ -61,7 +64,12 @@ struct Queue {
 impl Queue {
     /// The next task, if any, counted out of `queued`.
     fn pop(&mut self, queued: &AtomicUsize) -> Option<Task> {
-        let t = self.tasks.pop_front()?;
+        self.take(0, queued)
+    }
+
+    /// Task `i` of the queue, if any, counted out of `queued`.
+    fn take(&mut self, i: usize, queued: &AtomicUsize) -> Option<Task> {
+        let t = self.tasks.remove(i)?;
         // Relaxed: a hint for spinning helpers; the task itself is taken
         // under the lock.
         queued.fetch_sub(1, Ordering::Relaxed);
@@ -84,6 +92,25 @@ struct Task {
 // every task holding it has counted down; the rest is `Send`.
 unsafe impl Send for Task {}
 
+impl Task {
+    /// Run the task (catching a panic that escapes it) and count its scope
+    /// down, even if dropping that panic's payload panics too.
+    fn run(self) {
+        struct CountDown(Arc<Latch>);
+        impl Drop for CountDown {
+            fn drop(&mut self) {
+                self.0.count_down();
+            }
+        }
+        let _count = CountDown(self.done);
+        // SAFETY: the scope that queued this task is waiting for its latch,
+        // so the closure `run` points to is alive until `_count` counts
+        // down, after this block.
+        let run = unsafe { &*self.run };
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(self.index)));
+    }
+}
+
 /// Counts a scope's tasks down to zero.
 struct Latch {
     left: AtomicUsize,
@@ -93,10 +120,9 @@ struct Latch {
 
 impl Latch {
     fn count_down(&self) {
-        // AcqRel: the task's writes happen before the caller's acquire load
-        // that sees zero (a release sequence of RMWs), and each count down
-        // sees the ones before it.
-        if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+        // Release: the task's writes happen before the caller's acquire
+        // load that sees zero (the count downs form a release sequence).
+        if self.left.fetch_sub(1, Ordering::Release) == 1 {
             // Under the lock: a caller that saw work left while holding it
             // is waiting on `zero` before this notifies.
             let _g = lock(&self.lock);
@@ -145,6 +171,7 @@ impl LanePool {
             work: Condvar::new(),
             queued: AtomicUsize::new(0),
             spin,
+            stopping: AtomicBool::new(false),
         });
         let threads = (0..helpers)
             .filter_map(|i| {
@@ -160,7 +187,10 @@ impl LanePool {
 
     /// Run `task(i)` for every `i` in `0..n`, task 0 on this thread and the
     /// others on the helpers (all on this thread if there are none), and
-    /// return once every one has run. `task` catches its own panics; one
+    /// return once every one has run. Once its own task is done, this
+    /// thread takes back its tasks no helper has started and runs them: a
+    /// scope whose helpers are busy (with other calls' tasks, or inside a
+    /// scope of their own) still ends. `task` catches its own panics; one
     /// that escapes a helper is caught there and ends only that task.
     pub(super) fn scope(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
         if n < 2 || self.helpers == 0 {
@@ -205,11 +235,23 @@ impl LanePool {
             h.shared.queued.fetch_add(n - 1, Ordering::Relaxed);
             // (Under the lock: a helper that found no task parks before
             // this looks, and is counted.)
-            if q.parked > 0 {
-                h.shared.work.notify_all();
+            // One wake-up per task at most.
+            for _ in 0..q.parked.min(n - 1) {
+                h.shared.work.notify_one();
             }
         }
         task(0);
+        loop {
+            let mine = {
+                let mut q = lock(&h.shared.queue);
+                let i = q.tasks.iter().position(|t| Arc::ptr_eq(&t.done, &done));
+                i.and_then(|i| q.take(i, &h.shared.queued))
+            };
+            match mine {
+                Some(t) => t.run(),
+                None => break,
+            }
+        }
         drop(guard);
     }
 }
@@ -228,7 +270,8 @@ fn helper(shared: &Shared) {
                     break;
                 }
             }
-            if i % 64 == 0 && Instant::now() >= until {
+            // Relaxed: a hint; `stop` is read under the lock below.
+            if i % 64 == 0 && (Instant::now() >= until || shared.stopping.load(Ordering::Relaxed)) {
                 break;
             }
             std::hint::spin_loop();
@@ -250,17 +293,15 @@ fn helper(shared: &Shared) {
                 }
             }
         };
-        // SAFETY: the scope that queued `t` is waiting for `t.done`, so the
-        // closure `t.run` points to is alive until the count down below.
-        let run = unsafe { &*t.run };
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(t.index)));
-        t.done.count_down();
+        t.run();
     }
 }
 
 impl Drop for Helpers {
     fn drop(&mut self) {
         lock(&self.shared.queue).stop = true;
+        // Relaxed: a hint for spinning helpers (see `stopping`).
+        self.shared.stopping.store(true, Ordering::Relaxed);
         self.shared.work.notify_all();
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -303,5 +344,78 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// `f` on a thread of its own, which must end within 20 s.
+    fn within_20s(f: impl FnOnce() + Send + 'static) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            f();
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(Duration::from_secs(20)).expect("the scopes ended");
+    }
+
+    /// A task that opens a scope of its own on the same pool, with every
+    /// helper taken, ends: each caller runs its own tasks no helper took.
+    /// Several callers at once too.
+    #[test]
+    fn nested_and_concurrent_scopes_end() {
+        within_20s(|| {
+            let pool = LanePool::new(1, Duration::from_micros(200));
+            let inner = AtomicUsize::new(0);
+            pool.scope(3, &|_| {
+                pool.scope(3, &|_| {
+                    // Relaxed: read after the scopes.
+                    inner.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(1));
+                });
+            });
+            // Relaxed: the scopes are over.
+            assert_eq!(inner.load(Ordering::Relaxed), 9);
+            let pool = Arc::new(LanePool::new(2, Duration::from_micros(200)));
+            let callers: Vec<_> = (0..4)
+                .map(|_| {
+                    let pool = Arc::clone(&pool);
+                    std::thread::spawn(move || {
+                        let runs = AtomicUsize::new(0);
+                        for _ in 0..50 {
+                            pool.scope(4, &|_| {
+                                // Relaxed: read after the scopes.
+                                runs.fetch_add(1, Ordering::Relaxed);
+                            });
+                        }
+                        // Relaxed: the scopes are over.
+                        runs.load(Ordering::Relaxed)
+                    })
+                })
+                .collect();
+            for c in callers {
+                assert_eq!(c.join().unwrap(), 200);
+            }
+        });
+    }
+
+    /// A panic in the caller's own task still waits for the others (which
+    /// borrow its stack) before it unwinds out of the scope.
+    #[test]
+    fn a_panicking_caller_waits_for_its_tasks() {
+        within_20s(|| {
+            let pool = LanePool::new(2, Duration::from_micros(200));
+            let others = AtomicUsize::new(0);
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                pool.scope(3, &|i| {
+                    if i == 0 {
+                        panic!("task 0");
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                    // Relaxed: read after the scope.
+                    others.fetch_add(1, Ordering::Relaxed);
+                })
+            }));
+            assert!(r.is_err());
+            // Relaxed: the scope is over.
+            assert_eq!(others.load(Ordering::Relaxed), 2);
+        });
     }
 }
