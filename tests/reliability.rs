@@ -75,6 +75,12 @@ struct Host {
     printed: Mutex<Vec<String>>,
     /// The threads `fill_parallel` ran on.
     threads: Mutex<Vec<std::thread::ThreadId>>,
+    /// `fill_parallel`'s lanes wait (up to 5 s) until two of them have
+    /// started: a call that may run on several threads does, so the test
+    /// does not depend on which thread wins the race for a run of lanes.
+    rendezvous: AtomicBool,
+    /// `fill_parallel` lanes started so far.
+    started: AtomicUsize,
 }
 
 impl Rel for Arc<Host> {
@@ -116,6 +122,15 @@ impl Rel for Arc<Host> {
             threads.push(me);
         }
         drop(threads);
+        // Relaxed: set before the call was served; `started` is this
+        // count's only word.
+        if self.rendezvous.load(Ordering::Relaxed) {
+            self.started.fetch_add(1, Ordering::Relaxed);
+            let t = Instant::now();
+            while self.started.load(Ordering::Relaxed) < 2 && t.elapsed() < Duration::from_secs(5) {
+                std::thread::yield_now();
+            }
+        }
         assert_ne!(seed, 0xee, "seed 0xee");
         self.fill(seed, out)
     }
@@ -1694,6 +1709,8 @@ fn parallel_lanes_run_on_several_threads() {
         for faults in [false, true] {
             let what = format!("lent {lend}, {each} bytes a lane, lane_threads {lane_threads}, faults {faults}");
             let host = Arc::new(Host::default());
+            // Relaxed: read by the server's threads, which start later.
+            host.rendezvous.store(want_threads > 1, Ordering::Relaxed);
             let mut d = Dispatcher::new(ServerConfig {
                 log_errors: false,
                 lane_threads,
@@ -1714,8 +1731,9 @@ fn parallel_lanes_run_on_several_threads() {
                 _ => vec![l as u8, 1, 0],
             };
             let statuses = served_fill_of(RelRpc::FILL_PARALLEL, &d, &Memory(lend), LANES, each, addr, args);
-            // (Which helper takes which run of lanes is the helpers' race:
-            // one may take several.)
+            // (Which helper takes which run of lanes is the helpers' race,
+            // and the serving thread takes back runs no helper started;
+            // the rendezvous makes at least two threads run lanes.)
             let threads = host.threads.lock().unwrap().len();
             match want_threads {
                 1 => assert_eq!(threads, 1, "{what}"),

@@ -322,6 +322,7 @@ mod tests {
             for n in [0, 1, 2, 4, 9] {
                 let runs: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
                 let threads = Mutex::new(Vec::new());
+                let started = AtomicUsize::new(0);
                 pool.scope(n, &|i| {
                     // Relaxed: read after the scope, which orders it.
                     runs[i].fetch_add(1, Ordering::Relaxed);
@@ -331,7 +332,19 @@ mod tests {
                         t.push(me);
                     }
                     drop(t);
-                    std::thread::sleep(Duration::from_millis(2));
+                    // With helpers, wait (up to 5 s) until a second task
+                    // has started, so that a helper, not the caller taking
+                    // its tasks back, runs one. Relaxed: this count's only
+                    // word.
+                    started.fetch_add(1, Ordering::Relaxed);
+                    let t = Instant::now();
+                    while helpers > 0
+                        && n > 1
+                        && started.load(Ordering::Relaxed) < 2
+                        && t.elapsed() < Duration::from_secs(5)
+                    {
+                        std::thread::yield_now();
+                    }
                 });
                 assert!(
                     runs.iter().all(|r| r.load(Ordering::Relaxed) == 1),
