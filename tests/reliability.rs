@@ -1674,21 +1674,7 @@ fn out_buffers_go_to_the_device_while_later_lanes_run() {
 #[test]
 fn parallel_lanes_run_on_several_threads() {
     use gpu_rpc::cpu::ProcessMemory;
-    use gpu_rpc::device_memory::{CopyError, DeviceMemory, Lent};
-
-    /// The process's memory, with or without its loans.
-    struct Memory(bool);
-    impl DeviceMemory for Memory {
-        fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, CopyError)) {
-            ProcessMemory.read(copies, failed)
-        }
-        fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, CopyError)) {
-            ProcessMemory.write(copies, failed)
-        }
-        fn lend(&self, bytes: usize) -> Option<Lent<'_>> {
-            self.0.then(|| ProcessMemory.lend(bytes)).flatten()
-        }
-    }
+    use gpu_rpc::device_memory::DeviceMemory;
 
     const LANES: u32 = 16;
     const PANICS: u32 = 3;
@@ -1730,7 +1716,9 @@ fn parallel_lanes_run_on_several_threads() {
                 DECODE_PANICS if faults => vec![l as u8, 1, 0xdd],
                 _ => vec![l as u8, 1, 0],
             };
-            let statuses = served_fill_of(RelRpc::FILL_PARALLEL, &d, &Memory(lend), LANES, each, addr, args);
+            // The process's memory, lent as the CPU backend lends it, or not.
+            let memory: &dyn DeviceMemory = if lend { &ProcessMemory } else { &NoLoans };
+            let statuses = served_fill_of(RelRpc::FILL_PARALLEL, &d, memory, LANES, each, addr, args);
             // (Which helper takes which run of lanes is the helpers' race,
             // and the serving thread takes back runs no helper started;
             // the rendezvous makes at least two threads run lanes.)

@@ -46,8 +46,6 @@ struct Shared {
     /// How many tasks are queued: what a spinning helper watches without
     /// taking the lock (changed under it).
     queued: AtomicUsize,
-    /// How long a helper spins for the next task before it parks.
-    spin: Duration,
     /// The pool is stopping (set with `Queue::stop`): a spinning helper
     /// stops spinning.
     stopping: AtomicBool,
@@ -170,7 +168,6 @@ impl LanePool {
             queue: Mutex::new(Queue::default()),
             work: Condvar::new(),
             queued: AtomicUsize::new(0),
-            spin,
             stopping: AtomicBool::new(false),
         });
         let threads = (0..helpers)
@@ -178,7 +175,7 @@ impl LanePool {
                 let shared = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("gpu_rpc lanes {i}"))
-                    .spawn(move || helper(&shared))
+                    .spawn(move || helper(&shared, spin))
                     .ok()
             })
             .collect();
@@ -193,15 +190,14 @@ impl LanePool {
     /// scope of their own) still ends. `task` catches its own panics; one
     /// that escapes a helper is caught there and ends only that task.
     pub(super) fn scope(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
-        if n < 2 || self.helpers == 0 {
+        // (One task, or no helper to give the others to: all here.)
+        let Some(h) = (n > 1 && self.helpers > 0)
+            .then(|| self.started.get_or_init(|| Self::start(self.helpers, self.spin)))
+            .filter(|h| !h.threads.is_empty())
+        else {
             (0..n).for_each(task);
             return;
-        }
-        let h = self.started.get_or_init(|| Self::start(self.helpers, self.spin));
-        if h.threads.is_empty() {
-            (0..n).for_each(task);
-            return;
-        }
+        };
         let done = Arc::new(Latch {
             left: AtomicUsize::new(n - 1),
             lock: Mutex::new(()),
@@ -257,11 +253,11 @@ impl LanePool {
 }
 
 /// A helper's loop: run queued tasks until the pool stops; between them,
-/// spin for `shared.spin`, then park.
-fn helper(shared: &Shared) {
+/// spin for `spin`, then park.
+fn helper(shared: &Shared, spin: Duration) {
     loop {
         let mut t = None;
-        let until = Instant::now() + shared.spin;
+        let until = Instant::now() + spin;
         for i in 0u32.. {
             // Relaxed: a hint; the task is taken under the lock.
             if shared.queued.load(Ordering::Relaxed) > 0 {

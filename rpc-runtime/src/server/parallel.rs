@@ -16,7 +16,7 @@
 //! only what the method itself receives (its arguments, its out-buffers'
 //! slices) and what it returns.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use super::server_call::catch_lane;
 use super::*;
@@ -64,20 +64,18 @@ impl ServerCall<'_> {
             }
         };
         {
-            // One chunk per task; a task takes its chunk once.
+            // One chunk per task; a task takes its chunk once (`one` catches
+            // the panics, so no lock is poisoned).
             let chunks: Vec<Mutex<&mut [LaneSlot<P, R>]>> = slots.chunks_mut(per).map(Mutex::new).collect();
             self.lane_pool.scope(chunks.len(), &|i| {
-                if let Ok(mut c) = chunks[i].lock() {
-                    run(&mut c);
-                }
+                run(&mut chunks[i].lock().unwrap_or_else(PoisonError::into_inner));
             });
         }
-        // (Every task has run: what is still here, a task's lock refused.)
-        run(&mut slots);
         slots
             .into_iter()
             .map(|(lane, _, r)| {
-                // Every item ran: on a helper, here, or in the pass above.
+                // The scope returns once every task has run (on a helper,
+                // or on this thread taking it back).
                 (lane, r.expect("every lane of a parallel call runs"))
             })
             .collect()
