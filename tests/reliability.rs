@@ -34,8 +34,9 @@ pub trait Rel {
     /// were not zero when the method got it.
     fn fill_half(&self, seed: u8, out: &mut [u8]) -> u64;
     fn boom(&self, msg: &str) -> u32;
-    /// `fill` with the lanes of one call on several host threads; panics
-    /// for seed 0xee (`ok` and `touchy` are there to fail the reads).
+    /// `fill_half` with the lanes of one call on several host threads;
+    /// panics for seed 0xee (`ok` and `touchy` are there to fail the
+    /// reads).
     #[gpu_rpc(parallel)]
     fn fill_parallel(&self, seed: u8, ok: bool, touchy: Touchy, out: &mut [u8]) -> u64;
 }
@@ -132,7 +133,7 @@ impl Rel for Arc<Host> {
             }
         }
         assert_ne!(seed, 0xee, "seed 0xee");
-        self.fill(seed, out)
+        self.fill_half(seed, out)
     }
 }
 
@@ -1665,32 +1666,64 @@ fn out_buffers_go_to_the_device_while_later_lanes_run() {
 /// A `#[gpu_rpc(parallel)]` method's lanes run on several host threads when
 /// the call moves at least `parallel_min_bytes` (here 256 KiB; one thread
 /// per that many bytes, up to `lane_threads`), on the serving thread alone
-/// below it or
-/// with `lane_threads: 1`; every lane's bytes arrive whole wherever its
-/// out-buffer was kept (memory the backend lends, or the server's own
-/// buffers when it lends none); a lane whose method panics, whose argument
+/// below it or with `lane_threads: 1`; every lane's bytes arrive whole
+/// wherever its out-buffer was kept (memory the backend lends, zeroed or
+/// holding earlier bytes, or the server's own buffers when it lends none),
+/// and the half its method leaves unwritten arrives as zeros, whichever
+/// thread zeroed it; a lane whose method panics, whose argument
 /// is invalid or panics while decoded, or whose out-buffer cannot be
 /// stored, fails alone, and the errors are logged in lane order.
 #[test]
 fn parallel_lanes_run_on_several_threads() {
     use gpu_rpc::cpu::ProcessMemory;
-    use gpu_rpc::device_memory::DeviceMemory;
+    use gpu_rpc::device_memory::{CopyError, DeviceMemory, EarlyWrites, Lent};
+
+    /// The process's memory, lent as an earlier call's leftovers: every
+    /// byte 0xab but the loan's first third, which is zeros and lent as
+    /// zeros ([`Lent::with_zeros`]); the server zeroes the rest of each
+    /// out-buffer before its method gets it.
+    struct Dirty;
+    impl DeviceMemory for Dirty {
+        fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+            ProcessMemory.read(copies, failed)
+        }
+        fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+            ProcessMemory.write(copies, failed)
+        }
+        fn lend(&self, bytes: usize) -> Option<Lent<'_>> {
+            let mut v = vec![0xabu8; bytes];
+            v[..bytes / 3].fill(0);
+            let raw = Box::into_raw(v.into_boxed_slice());
+            // SAFETY: `raw` came from `Box::into_raw` just above.
+            let ptr = std::ptr::NonNull::new(unsafe { (*raw).as_mut_ptr() })?;
+            // SAFETY: the box is rebuilt once, when the loan ends.
+            let back = Box::new(move |_: &[std::ops::Range<usize>]| drop(unsafe { Box::from_raw(raw) }));
+            // SAFETY: the bytes are the loan's alone until `back` frees
+            // them, and its first third is zeros.
+            Some(unsafe { Lent::with_zeros(ptr, bytes, vec![0..bytes / 3], back) })
+        }
+        fn early_writes(&self) -> Option<Box<dyn EarlyWrites + '_>> {
+            ProcessMemory.early_writes()
+        }
+    }
 
     const LANES: u32 = 16;
     const PANICS: u32 = 3;
     const NOT_BOOL: u32 = 5;
     const DECODE_PANICS: u32 = 7;
     const UNMAPPED: u32 = 9;
-    // (lent memory, bytes per lane, lane_threads, the most threads the lanes
-    // run on)
+    // (the memory: lent zeroed, lent dirty or not lent; bytes per lane,
+    // lane_threads, the most threads the lanes run on)
     for (lend, each, lane_threads, want_threads) in [
-        (true, 64 << 10, 4, 4),
-        (false, 64 << 10, 4, 4),
-        (true, 64 << 10, 1, 1),
+        ("zeroed", 64 << 10, 4, 4),
+        ("dirty", 64 << 10, 4, 4),
+        ("none", 64 << 10, 4, 4),
+        ("zeroed", 64 << 10, 1, 1),
+        ("dirty", 64 << 10, 1, 1),
         // 16 × 32 KiB, 512 KiB: two threads of 256 KiB each.
-        (true, 32 << 10, 4, 2),
+        ("dirty", 32 << 10, 4, 2),
         // 16 × 4 KiB is under 256 KiB: in lane order.
-        (true, 4 << 10, 4, 1),
+        ("dirty", 4 << 10, 4, 1),
     ] {
         for faults in [false, true] {
             let what = format!("lent {lend}, {each} bytes a lane, lane_threads {lane_threads}, faults {faults}");
@@ -1716,8 +1749,13 @@ fn parallel_lanes_run_on_several_threads() {
                 DECODE_PANICS if faults => vec![l as u8, 1, 0xdd],
                 _ => vec![l as u8, 1, 0],
             };
-            // The process's memory, lent as the CPU backend lends it, or not.
-            let memory: &dyn DeviceMemory = if lend { &ProcessMemory } else { &NoLoans };
+            // The process's memory, lent as the CPU backend lends it, lent
+            // dirty, or not lent.
+            let memory: &dyn DeviceMemory = match lend {
+                "zeroed" => &ProcessMemory,
+                "dirty" => &Dirty,
+                _ => &NoLoans,
+            };
             let statuses = served_fill_of(RelRpc::FILL_PARALLEL, &d, memory, LANES, each, addr, args);
             // (Which helper takes which run of lanes is the helpers' race,
             // and the serving thread takes back runs no helper started;
@@ -1753,13 +1791,18 @@ fn parallel_lanes_run_on_several_threads() {
                 want.iter().map(|&l| Some(l)).collect::<Vec<_>>(),
                 "{what}: {errors:?}"
             );
-            // Every byte of every lane answered `Ok` is the host's.
+            // Every byte of every lane answered `Ok` is the host's: the half
+            // its method wrote, then zeros (what the lent memory held
+            // before is never seen).
             for l in (0..LANES).filter(|&l| statuses[l as usize] == Status::Ok) {
                 let lane = &out[l as usize * each..][..each];
-                let bad = lane
-                    .iter()
-                    .enumerate()
-                    .position(|(i, &b)| b != (l as u8).wrapping_add(i as u8));
+                let bad = lane.iter().enumerate().position(|(i, &b)| {
+                    b != if i < each / 2 {
+                        (l as u8).wrapping_add(i as u8)
+                    } else {
+                        0
+                    }
+                });
                 assert_eq!(bad, None, "{what}: lane {l}");
             }
         }

@@ -511,6 +511,9 @@ fn host_side(svc: &Service, service: &str, rpc: &Ident, server: &Ident) -> Token
         // (`vals`, moved to the lane's thread) and its out-buffers (`outs`,
         // kept there; their slices go), and what the method is passed.
         let (mut vals, mut outs, mut par_pass) = (Vec::new(), Vec::new(), Vec::new());
+        // The parallel arm's reads: the plain arm's, with out-buffers zeroed
+        // on the lane's thread (`lane_out_buffer`).
+        let mut par_reads = Vec::new();
         for (idx, a) in m.args.iter().enumerate() {
             let v = Ident::new(&format!("a{idx}"), Span::mixed_site());
             if matches!(a.kind, ArgKind::Out(_)) {
@@ -553,9 +556,13 @@ fn host_side(svc: &Service, service: &str, rpc: &Ident, server: &Ident) -> Token
                     let j = usize_lit(i_out);
                     i_out += 1;
                     reads.push(quote_spanned!(e.span()=> let mut #v = #call.out_buffer::<#e>(#lane, #j)?;));
+                    par_reads.push(quote_spanned!(e.span()=> let mut #v = #call.lane_out_buffer::<#e>(#lane, #j)?;));
                     pass.push(quote!(&mut #v));
                     stores.push(quote_spanned!(e.span()=> #call.set_out::<#e>(#lane, #j, &#v);));
                 }
+            }
+            if !matches!(a.kind, ArgKind::Out(_)) {
+                par_reads.extend(reads.last().cloned());
             }
         }
         let invoke = quote!(<#imp as #tr>::#method(&self.0, #(#pass),*));
@@ -590,7 +597,7 @@ fn host_side(svc: &Service, service: &str, rpc: &Ident, server: &Ident) -> Token
         let parallel = parallel_arm(&ParallelArm {
             call: &call,
             lane: &lane,
-            reads: &reads,
+            reads: &par_reads,
             vals: &vals,
             outs: &outs,
             invoke: quote!(<#imp as #tr>::#method(&self.0, #(#par_pass),*)),
@@ -756,6 +763,7 @@ fn host_side(svc: &Service, service: &str, rpc: &Ident, server: &Ident) -> Token
 struct ParallelArm<'a> {
     call: &'a Ident,
     lane: &'a Ident,
+    /// The plain arm's reads, but out-buffers by `lane_out_buffer`.
     reads: &'a [TokenStream],
     vals: &'a [Ident],
     outs: &'a [Ident],
@@ -770,7 +778,8 @@ struct ParallelArm<'a> {
 
 /// The body of a `#[gpu_rpc(parallel)]` method's arm when the call's lanes
 /// run on several threads (`gpu_rpc::server`'s `parallel.rs` says how):
-/// read every lane's arguments, run the lanes through
+/// read every lane's arguments (its out-buffers to be zeroed on the lane's
+/// thread, `ServerCall::lane_out_buffer`), run the lanes through
 /// `ServerCall::run_parallel`, store their results, then
 /// `ServerCall::end_parallel`. A panic while a lane's arguments are read or
 /// its results stored fails that lane alone (`ServerCall::catch_lane`), as
@@ -823,9 +832,13 @@ fn parallel_arm(a: &ParallelArm<'_>) -> TokenStream {
                 let #work: #p::Vec<_> = #lane_vals
                     .into_iter()
                     .zip(#lane_outs.iter_mut())
-                    .map(|((#lane, (#(#vals,)*)), (#(#outs,)*))| (#lane, ((#(#vals,)*), (#(&mut **#outs,)*))))
+                    .map(|((#lane, (#(#vals,)*)), (#(#outs,)*))| (#lane, ((#(#vals,)*), (#(#outs.lane_slice(),)*))))
                     .collect();
-                let #results = #call.run_parallel(#work, |((#(#vals,)*), (#(#outs,)*))| #invoke);
+                let #results = #call.run_parallel(#work, |((#(#vals,)*), (#(#outs,)*))| {
+                    // Zeroed on this thread, where the method writes them.
+                    #(let #outs = #outs.zeroed();)*
+                    #invoke
+                });
                 for ((#lane, #r), (#(#outs,)*)) in #results.into_iter().zip(#lane_outs.iter()) {
                     let #r = #r.and_then(|#r| {
                         #call.catch_lane(|| {

@@ -223,7 +223,7 @@ pub use dispatcher::Dispatcher;
 pub use idle::{Idle, IdleBackoff, IdlePolicy, Wait, OTHERS_SLEEP_FACTOR};
 pub use pool::{serve_pool, Served};
 pub(crate) use server_call::panic_message;
-pub use server_call::{clip_message, iter_lanes, LaneError, OutBuffer, ServerCall, MAX_MESSAGE_BYTES};
+pub use server_call::{clip_message, iter_lanes, LaneError, LaneSlice, OutBuffer, ServerCall, MAX_MESSAGE_BYTES};
 
 /// With the `tracing` feature: a span per served call, named by method,
 /// opcode, port and lanes, and a warning event per server error.

@@ -147,15 +147,12 @@ impl<'m> Loan<'m> {
         Some(unsafe { core::slice::from_raw_parts(self.ptr(s), s.len) })
     }
 
-    /// Zero the loan's bytes `[at, at + len)` that were not lent as zeros.
-    fn zero(&self, at: usize, len: usize) {
+    /// The byte ranges of `[at, at + len)`, from `at`, that were not lent
+    /// as zeros.
+    fn unzeroed(&self, at: usize, len: usize) -> Vec<core::ops::Range<usize>> {
         let end = at + len;
         let mut from = at;
-        let fill = |a: usize, b: usize| {
-            // SAFETY: `[a, b)` lies within `[at, at + len)`, one slot of the
-            // loan that the caller holds and nothing else borrows.
-            unsafe { zeroing::zero(self.base.as_ptr().add(a), b - a) }
-        };
+        let mut left = Vec::new();
         for z in self.lent.zeroed() {
             if z.end <= from {
                 continue;
@@ -164,14 +161,15 @@ impl<'m> Loan<'m> {
                 break;
             }
             if from < z.start {
-                fill(from, z.start);
+                left.push(from - at..z.start - at);
             }
             from = z.end;
             if end <= from {
-                return;
+                return left;
             }
         }
-        fill(from, end);
+        left.push(from - at..len);
+        left
     }
 
     /// The place of out-buffer `index` of `lane`, zeroed, for a host method
@@ -179,10 +177,28 @@ impl<'m> Loan<'m> {
     /// [`bytes_are_values`](crate::wire::bytes_are_values)`::<T>()`); `None`
     /// if it has none, it was handed out already, or it is not aligned for
     /// `T`.
+    // `&mut` from `&self`: as `take_out_unzeroed`'s.
+    #[allow(clippy::mut_from_ref)]
+    pub(super) fn take_out<T>(&self, lane: u32, index: usize, count: usize) -> Option<&mut [T]> {
+        let (place, unzeroed) = self.take_out_unzeroed::<T>(lane, index, count)?;
+        // SAFETY: every byte pattern of `T` is a value (the caller's check).
+        unsafe { zeroing::zero_ranges(&mut *place, &unzeroed) };
+        Some(place)
+    }
+
+    /// [`take_out`](Self::take_out) without the zeroing: the place, and the
+    /// byte ranges of it (from its start) that do not hold zeros yet, for
+    /// the thread that runs the lane's host method to zero
+    /// ([`zeroing::zero_ranges`]) before the method sees it.
     // `&mut` from `&self`: the slot is raw memory of the loan, handed out
     // once (`taken`), like a cell's contents.
     #[allow(clippy::mut_from_ref)]
-    pub(super) fn take_out<T>(&self, lane: u32, index: usize, count: usize) -> Option<&mut [T]> {
+    pub(super) fn take_out_unzeroed<T>(
+        &self,
+        lane: u32,
+        index: usize,
+        count: usize,
+    ) -> Option<(&mut [T], Vec<core::ops::Range<usize>>)> {
         let s = self.slot(lane, index)?;
         let p = self.ptr(s);
         // (Not once sent: a copy to the device may still be reading it.)
@@ -194,24 +210,23 @@ impl<'m> Loan<'m> {
             return None;
         }
         s.taken.set(true);
-        if s.filled.get() {
+        let unzeroed = if s.filled.get() {
             // An earlier store copied bytes here: none of the lender's
             // zeros are left.
-            // SAFETY: the slot's bytes, in the loan, which nothing else
-            // borrows (never handed out before: `taken` was false).
-            unsafe { zeroing::zero(p, s.len) };
+            std::vec![0..s.len]
         } else {
-            // Zeros where the lender did not lend zeros (its cleaner zeroed
-            // earlier calls' out-buffers off their way).
-            self.zero(s.at, s.len);
-        }
+            // Zeros where the lender lent zeros (its cleaner zeroed earlier
+            // calls' out-buffers off their way).
+            self.unzeroed(s.at, s.len)
+        };
         // SAFETY: the slot's `len` bytes are in the loan, which outlives the
         // borrow of the call the place is tied to; it is handed out once
         // (`taken`), and nothing else touches it until the host method is
         // done (`set_out` compares addresses only); aligned for `T`, and
         // `T`'s every byte pattern is a value (the caller's check), so the
-        // bytes are `count` valid elements (zeros, as the method expects).
-        unsafe { Some(core::slice::from_raw_parts_mut(p.cast::<T>(), count)) }
+        // bytes are `count` valid elements (zeros once the caller zeroed
+        // `unzeroed`, as the method expects).
+        unsafe { Some((core::slice::from_raw_parts_mut(p.cast::<T>(), count), unzeroed)) }
     }
 
     /// Out-buffer `index` of `lane` is `bytes`: mark it in place if `bytes`

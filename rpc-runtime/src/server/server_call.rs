@@ -271,13 +271,38 @@ impl ServerCall<'_> {
     /// [`Status::TooLarge`] instead of aborting the process when the host
     /// cannot allocate it (limits configured beyond the host's memory).
     pub fn out_buffer<T: Wire>(&self, lane: u32, j: usize) -> Result<OutBuffer<'_, T>, LaneError> {
+        self.out_buffer_zeroed(lane, j, true)
+    }
+
+    /// [`out_buffer`](Self::out_buffer) for a lane whose host method runs
+    /// on another thread (a `#[gpu_rpc(parallel)]` method's arm): an
+    /// out-buffer in the call's borrowed memory is zeroed there, by
+    /// [`LaneSlice::zeroed`], not here, so that the lanes' zeroing is
+    /// spread over their threads as their methods' writes are. Hand its
+    /// [`lane_slice`](OutBuffer::lane_slice) to that thread, and read the
+    /// buffer here only after the slice was zeroed.
+    pub fn lane_out_buffer<T: Wire>(&self, lane: u32, j: usize) -> Result<OutBuffer<'_, T>, LaneError> {
+        self.out_buffer_zeroed(lane, j, false)
+    }
+
+    /// [`out_buffer`](Self::out_buffer), an out-buffer lent by the call's
+    /// memory zeroed now or (`zero_now` false) by its [`LaneSlice`].
+    fn out_buffer_zeroed<T: Wire>(&self, lane: u32, j: usize, zero_now: bool) -> Result<OutBuffer<'_, T>, LaneError> {
         self.touch(lane);
         let block = self.blocks.get(lane);
         let count = lens_of(block, self.n_in + j);
         let numbers = crate::wire::bytes_are_values::<T>();
         if let (true, Some(loan)) = (numbers, self.loan.as_ref()) {
-            if let Some(place) = loan.take_out::<T>(lane, self.n_in + j, count as usize) {
-                return Ok(OutBuffer(Out::Lent(place)));
+            let index = self.n_in + j;
+            if zero_now {
+                if let Some(place) = loan.take_out::<T>(lane, index, count as usize) {
+                    return Ok(OutBuffer::new(Out::Lent(place)));
+                }
+            } else if let Some((place, unzeroed)) = loan.take_out_unzeroed::<T>(lane, index, count as usize) {
+                return Ok(OutBuffer {
+                    out: Out::Lent(place),
+                    unzeroed,
+                });
             }
         }
         let bytes = (count as usize).saturating_mul(T::SIZE);
@@ -296,7 +321,7 @@ impl ServerCall<'_> {
                     len: bytes,
                     in_place: false,
                 });
-                return Ok(OutBuffer(Out::Kept {
+                return Ok(OutBuffer::new(Out::Kept {
                     buf,
                     count: count as usize,
                     call: KeptHome {
@@ -333,7 +358,7 @@ impl ServerCall<'_> {
         } else {
             v.extend((0..count).map(|_| T::zeroed()));
         }
-        Ok(OutBuffer(Out::Owned(v)))
+        Ok(OutBuffer::new(Out::Owned(v)))
     }
 
     /// Store lane `lane`'s return value.
@@ -478,7 +503,53 @@ impl ServerCall<'_> {
 /// A host method's out-buffer ([`ServerCall::out_buffer`]): a slice of the
 /// memory the call borrowed for direct slices, or a vector. Derefs to
 /// `[T]`; hand it back with [`ServerCall::set_out`].
-pub struct OutBuffer<'c, T>(Out<'c, T>);
+pub struct OutBuffer<'c, T> {
+    out: Out<'c, T>,
+    /// Byte ranges of the buffer not zeroed yet
+    /// ([`ServerCall::lane_out_buffer`]), for its [`LaneSlice`] to zero.
+    unzeroed: Vec<core::ops::Range<usize>>,
+}
+
+impl<'c, T> OutBuffer<'c, T> {
+    fn new(out: Out<'c, T>) -> Self {
+        OutBuffer {
+            out,
+            unzeroed: Vec::new(),
+        }
+    }
+
+    /// The buffer's elements, for the thread that runs the lane's host
+    /// method: [`LaneSlice::zeroed`] zeroes what
+    /// [`ServerCall::lane_out_buffer`] left to zero, there, and gives the
+    /// slice to write.
+    pub fn lane_slice(&mut self) -> LaneSlice<'_, T> {
+        let unzeroed = core::mem::take(&mut self.unzeroed);
+        LaneSlice {
+            slice: &mut **self,
+            unzeroed,
+        }
+    }
+}
+
+/// An out-buffer's elements on their way to the thread that runs a lane's
+/// host method ([`OutBuffer::lane_slice`]); `Send` where `T` is.
+pub struct LaneSlice<'b, T> {
+    slice: &'b mut [T],
+    unzeroed: Vec<core::ops::Range<usize>>,
+}
+
+impl<'b, T> LaneSlice<'b, T> {
+    /// The out-buffer's elements, every one zero (as a host method is
+    /// handed an out-buffer), zeroed on this thread where they were not yet.
+    pub fn zeroed(self) -> &'b mut [T] {
+        // SAFETY: `unzeroed` is non-empty only for a buffer lent by the
+        // call's memory (`take_out_unzeroed`), which is made only for `T`
+        // whose every byte pattern is a value (`bytes_are_values`); its
+        // ranges lie in the slot the slice is.
+        unsafe { super::zeroing::zero_ranges(&mut *self.slice, &self.unzeroed) };
+        self.slice
+    }
+}
 
 enum Out<'c, T> {
     Owned(Vec<T>),
@@ -505,7 +576,7 @@ struct KeptHome<'c> {
 impl<T> core::ops::Deref for OutBuffer<'_, T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
-        match &self.0 {
+        match &self.out {
             Out::Owned(v) => v,
             Out::Lent(s) => s,
             // SAFETY: `buf` holds `count * size_of::<T>()` initialized bytes
@@ -519,7 +590,7 @@ impl<T> core::ops::Deref for OutBuffer<'_, T> {
 
 impl<T> core::ops::DerefMut for OutBuffer<'_, T> {
     fn deref_mut(&mut self) -> &mut [T] {
-        match &mut self.0 {
+        match &mut self.out {
             Out::Owned(v) => v,
             Out::Lent(s) => s,
             // SAFETY: as in `deref`, borrowed mutably through `self`.
@@ -532,7 +603,7 @@ impl<T> core::ops::DerefMut for OutBuffer<'_, T> {
 
 impl<T> Drop for OutBuffer<'_, T> {
     fn drop(&mut self) {
-        let Out::Kept { buf, call, .. } = &mut self.0 else {
+        let Out::Kept { buf, call, .. } = &mut self.out else {
             return;
         };
         let buf = std::mem::take(buf);

@@ -59,6 +59,25 @@ pub(super) unsafe fn zero(p: *mut u8, len: usize) {
     });
 }
 
+/// Zero the byte ranges `ranges` of `place` (offsets from its start,
+/// within it): the bytes of an out-buffer that did not come as zeros.
+///
+/// # Safety
+/// Every byte pattern of `T` is a value
+/// ([`bytes_are_values`](crate::wire::bytes_are_values)), so the zeroed
+/// elements are valid.
+pub(super) unsafe fn zero_ranges<T>(place: &mut [T], ranges: &[core::ops::Range<usize>]) {
+    let bytes = core::mem::size_of_val(place);
+    let p = place.as_mut_ptr().cast::<u8>();
+    for r in ranges {
+        assert!(r.start <= r.end && r.end <= bytes, "zero {r:?} of {bytes} bytes");
+        // SAFETY: `[r.start, r.end)` lies in `place` (checked above), which
+        // is borrowed mutably here; zeros are values of `T` (the caller's
+        // promise).
+        unsafe { zero(p.add(r.start), r.len()) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
