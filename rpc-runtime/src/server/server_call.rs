@@ -525,7 +525,7 @@ impl<'c, T> OutBuffer<'c, T> {
     pub fn lane_slice(&mut self) -> LaneSlice<'_, T> {
         let unzeroed = core::mem::take(&mut self.unzeroed);
         LaneSlice {
-            slice: &mut **self,
+            slice: self,
             unzeroed,
         }
     }
