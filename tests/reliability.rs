@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use gpu_rpc::call::{FrameWord, FRAME_VERSION};
 use gpu_rpc::cpu::{self, CpuRegion, Launch, RawDevice};
+use gpu_rpc::device_memory::{CopyError, DeviceMemory, EarlyWrites, Lent};
 use gpu_rpc::protocol::{Buffer, Layout};
 use gpu_rpc::server::{Dispatcher, ServerConfig, ServerError};
 use gpu_rpc::{gpu_rpc, Status};
@@ -82,6 +83,10 @@ struct Host {
     rendezvous: AtomicBool,
     /// `fill_parallel` lanes started so far.
     started: AtomicUsize,
+    /// `fill_parallel` lanes running now, and the most that ever ran at
+    /// once.
+    running: AtomicUsize,
+    most: AtomicUsize,
 }
 
 impl Rel for Arc<Host> {
@@ -123,6 +128,17 @@ impl Rel for Arc<Host> {
             threads.push(me);
         }
         drop(threads);
+        /// Counts this lane out of `running` however it ends.
+        struct Running<'a>(&'a AtomicUsize);
+        impl Drop for Running<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        // Relaxed, here and below: counts with no other data behind them.
+        let now = self.running.fetch_add(1, Ordering::Relaxed) + 1;
+        let _running = Running(&self.running);
+        self.most.fetch_max(now, Ordering::Relaxed);
         // Relaxed: set before the call was served; `started` is this
         // count's only word.
         if self.rendezvous.load(Ordering::Relaxed) {
@@ -1535,6 +1551,55 @@ fn served_fill_of(
     })
 }
 
+/// The process's memory, lent and written at once like the CPU
+/// backend's, with an early queue that notes, for each copy it is
+/// sent, its address, its length and how many `fill` methods had run.
+struct Watched {
+    host: Arc<Host>,
+    sent: Mutex<Vec<(u64, usize, usize)>>,
+    fail_finish: bool,
+}
+
+/// [`Watched`]'s early queue.
+struct Queue<'a>(&'a Watched);
+
+impl EarlyWrites for Queue<'_> {
+    unsafe fn send(&mut self, at: u64, bytes: &[u8]) -> Result<(), CopyError> {
+        let mut failed = None;
+        cpu::ProcessMemory.write(&[(at, bytes)], &mut |_, e| failed = Some(e));
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let fills = self.0.host.fills.load(Ordering::Relaxed);
+        self.0.sent.lock().unwrap().push((at, bytes.len(), fills));
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<(), CopyError> {
+        match self.0.fail_finish {
+            true => Err(CopyError {
+                what: "the test's queue",
+                code: 7,
+            }),
+            false => Ok(()),
+        }
+    }
+}
+
+impl DeviceMemory for Watched {
+    fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+        cpu::ProcessMemory.read(copies, failed)
+    }
+    fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+        cpu::ProcessMemory.write(copies, failed)
+    }
+    fn lend(&self, bytes: usize) -> Option<Lent<'_>> {
+        cpu::ProcessMemory.lend(bytes)
+    }
+    fn early_writes(&self) -> Option<Box<dyn EarlyWrites + '_>> {
+        Some(Box::new(Queue(self)))
+    }
+}
+
 /// Out-buffers go to the device while the call's later lanes still run:
 /// side-by-side out-buffers of lanes whose methods are done are sent in one
 /// copy once they hold 256 KiB (`EARLY_BYTES`), before the next lane's
@@ -1545,54 +1610,6 @@ fn served_fill_of(
 /// buffer, as a warp passing slices of one device array does.
 #[test]
 fn out_buffers_go_to_the_device_while_later_lanes_run() {
-    use gpu_rpc::cpu::ProcessMemory;
-    use gpu_rpc::device_memory::{CopyError, DeviceMemory, EarlyWrites, Lent};
-
-    /// The process's memory, lent and written at once like the CPU
-    /// backend's, with an early queue that notes, for each copy it is
-    /// sent, its address, its length and how many `fill` methods had run.
-    struct Watched {
-        host: Arc<Host>,
-        sent: Mutex<Vec<(u64, usize, usize)>>,
-        fail_finish: bool,
-    }
-    struct Queue<'a>(&'a Watched);
-    impl EarlyWrites for Queue<'_> {
-        unsafe fn send(&mut self, at: u64, bytes: &[u8]) -> Result<(), CopyError> {
-            let mut failed = None;
-            ProcessMemory.write(&[(at, bytes)], &mut |_, e| failed = Some(e));
-            if let Some(e) = failed {
-                return Err(e);
-            }
-            let fills = self.0.host.fills.load(Ordering::Relaxed);
-            self.0.sent.lock().unwrap().push((at, bytes.len(), fills));
-            Ok(())
-        }
-        fn finish(&mut self) -> Result<(), CopyError> {
-            match self.0.fail_finish {
-                true => Err(CopyError {
-                    what: "the test's queue",
-                    code: 7,
-                }),
-                false => Ok(()),
-            }
-        }
-    }
-    impl DeviceMemory for Watched {
-        fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, CopyError)) {
-            ProcessMemory.read(copies, failed)
-        }
-        fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, CopyError)) {
-            ProcessMemory.write(copies, failed)
-        }
-        fn lend(&self, bytes: usize) -> Option<Lent<'_>> {
-            ProcessMemory.lend(bytes)
-        }
-        fn early_writes(&self) -> Option<Box<dyn EarlyWrites + '_>> {
-            Some(Box::new(Queue(self)))
-        }
-    }
-
     const LANES: u32 = 8;
     const EACH: usize = 64 << 10;
     for (bad_lane, fail_finish) in [(None, false), (Some(5), false), (None, true)] {
@@ -1663,6 +1680,63 @@ fn out_buffers_go_to_the_device_while_later_lanes_run() {
     }
 }
 
+/// A `#[gpu_rpc(parallel)]` call's out-buffers go to the device while its
+/// later lanes run, as the plain arm's do: its lanes run in waves
+/// (`ServerCall::parallel_wave`, here 8 lanes of 64 KiB on 4 threads), and
+/// a wave's out-buffers are sent once stored, before the next wave's
+/// methods run; every byte arrives, once.
+#[test]
+fn parallel_waves_send_out_buffers_while_later_waves_run() {
+    const LANES: u32 = 32;
+    const EACH: usize = 64 << 10;
+    let host = Arc::new(Host::default());
+    let memory = Watched {
+        host: Arc::clone(&host),
+        sent: Mutex::new(Vec::new()),
+        fail_finish: false,
+    };
+    let mut d = Dispatcher::new(ServerConfig {
+        log_errors: false,
+        lane_threads: 4,
+        parallel_min_bytes: 256 << 10,
+        ..ServerConfig::default()
+    });
+    d.add(RelServer(Arc::clone(&host))).unwrap();
+    let mut out = vec![0u8; LANES as usize * EACH];
+    let base = out.as_mut_ptr() as u64;
+    let statuses = served_fill_of(
+        RelRpc::FILL_PARALLEL,
+        &d,
+        &memory,
+        LANES,
+        EACH,
+        |l| base + (l as usize * EACH) as u64,
+        |l| vec![l as u8, 1, 0],
+    );
+    assert_eq!(statuses, [Status::Ok; LANES as usize]);
+    assert_eq!(d.errors(), []);
+    // Sent in order, each byte once, each copy 256 KiB (two a wave).
+    let sent = memory.sent.into_inner().unwrap();
+    let at: Vec<_> = sent.iter().map(|&(at, len, _)| (at - base, len)).collect();
+    let want: Vec<_> = (0..8u64).map(|k| (k * (256 << 10), 256 << 10)).collect();
+    assert_eq!(at, want);
+    // Each wave's copies went before the next wave's methods ran: after 8,
+    // 16, 24 and 32 methods.
+    let fills: Vec<_> = sent.iter().map(|&(_, _, fills)| fills).collect();
+    assert_eq!(fills, [8, 8, 16, 16, 24, 24, 32, 32]);
+    for l in 0..LANES {
+        let lane = &out[l as usize * EACH..][..EACH];
+        let bad = lane.iter().enumerate().position(|(i, &b)| {
+            b != if i < EACH / 2 {
+                (l as u8).wrapping_add(i as u8)
+            } else {
+                0
+            }
+        });
+        assert_eq!(bad, None, "lane {l}");
+    }
+}
+
 /// A `#[gpu_rpc(parallel)]` method's lanes run on several host threads when
 /// the call moves at least `parallel_min_bytes` (here 256 KiB; one thread
 /// per that many bytes, up to `lane_threads`), on the serving thread alone
@@ -1700,7 +1774,7 @@ fn parallel_lanes_run_on_several_threads() {
             let back = Box::new(move |_: &[std::ops::Range<usize>]| drop(unsafe { Box::from_raw(raw) }));
             // SAFETY: the bytes are the loan's alone until `back` frees
             // them, and its first third is zeros.
-            Some(unsafe { Lent::with_zeros(ptr, bytes, vec![0..bytes / 3], back) })
+            Some(unsafe { Lent::with_zeros(ptr, bytes, std::iter::once(0..bytes / 3).collect(), back) })
         }
         fn early_writes(&self) -> Option<Box<dyn EarlyWrites + '_>> {
             ProcessMemory.early_writes()
@@ -1759,11 +1833,14 @@ fn parallel_lanes_run_on_several_threads() {
             let statuses = served_fill_of(RelRpc::FILL_PARALLEL, &d, memory, LANES, each, addr, args);
             // (Which helper takes which run of lanes is the helpers' race,
             // and the serving thread takes back runs no helper started;
-            // the rendezvous makes at least two threads run lanes.)
+            // the rendezvous makes at least two lanes run at once. Waves
+            // may run on different helpers: what is bounded is how many
+            // lanes run at once.)
             let threads = host.threads.lock().unwrap().len();
+            let most = host.most.load(Ordering::Relaxed);
             match want_threads {
-                1 => assert_eq!(threads, 1, "{what}"),
-                n => assert!((2..=n).contains(&threads), "{what}: {threads} threads"),
+                1 => assert_eq!((threads, most), (1, 1), "{what}"),
+                n => assert!((2..=n).contains(&most), "{what}: {most} lanes at once"),
             }
             let errors = d.errors();
             for l in 0..LANES {

@@ -779,11 +779,12 @@ struct ParallelArm<'a> {
 /// The body of a `#[gpu_rpc(parallel)]` method's arm when the call's lanes
 /// run on several threads (`gpu_rpc::server`'s `parallel.rs` says how):
 /// read every lane's arguments (its out-buffers to be zeroed on the lane's
-/// thread, `ServerCall::lane_out_buffer`), run the lanes through
-/// `ServerCall::run_parallel`, store their results, then
-/// `ServerCall::end_parallel`. A panic while a lane's arguments are read or
-/// its results stored fails that lane alone (`ServerCall::catch_lane`), as
-/// `ServerCall::run` does.
+/// thread, `ServerCall::lane_out_buffer`); in waves
+/// (`ServerCall::parallel_wave`), run the lanes through
+/// `ServerCall::run_parallel`, store their results and hand on their
+/// out-buffers (`ServerCall::lane_stored`); then `ServerCall::end_parallel`.
+/// A panic while a lane's arguments are read or its results stored fails
+/// that lane alone (`ServerCall::catch_lane`), as `ServerCall::run` does.
 fn parallel_arm(a: &ParallelArm<'_>) -> TokenStream {
     let ParallelArm {
         call,
@@ -805,6 +806,7 @@ fn parallel_arm(a: &ParallelArm<'_>) -> TokenStream {
         local("e"),
     );
     let (lane_vals, lane_outs, work) = (local("lane_vals"), local("lane_outs"), local("work"));
+    let (wave, wave_outs) = (local("wave"), local("wave_outs"));
     let set_return = ret.map(|ty| quote_spanned!(ty.span()=> #call.set_return::<#ty>(#lane, &#r);));
     quote! {
         {
@@ -828,28 +830,43 @@ fn parallel_arm(a: &ParallelArm<'_>) -> TokenStream {
                         #p::core::result::Result::Err(#e) => #failed.push((#lane, #e)),
                     }
                 }
-                // Each lane's arguments and out-buffers' slices, to its thread.
-                let #work: #p::Vec<_> = #lane_vals
-                    .into_iter()
-                    .zip(#lane_outs.iter_mut())
-                    .map(|((#lane, (#(#vals,)*)), (#(#outs,)*))| (#lane, ((#(#vals,)*), (#(#outs.lane_slice(),)*))))
-                    .collect();
-                let #results = #call.run_parallel(#work, |((#(#vals,)*), (#(#outs,)*))| {
-                    // Zeroed on this thread, where the method writes them.
-                    #(let #outs = #outs.zeroed();)*
-                    #invoke
-                });
-                for ((#lane, #r), (#(#outs,)*)) in #results.into_iter().zip(#lane_outs.iter()) {
-                    let #r = #r.and_then(|#r| {
-                        #call.catch_lane(|| {
-                            let _ = &#r;
-                            #set_return
-                            #(#stores)*
-                            #p::core::result::Result::Ok(())
-                        })
+                // In waves (`ServerCall::parallel_wave`): a wave's
+                // out-buffers go to the device while the next one runs.
+                let #wave = #call.parallel_wave(#lane_vals.len());
+                let mut #lane_vals = #lane_vals.into_iter();
+                let mut #lane_outs = #lane_outs.into_iter();
+                loop {
+                    let mut #wave_outs: #p::Vec<_> = #lane_outs.by_ref().take(#wave).collect();
+                    if #wave_outs.is_empty() {
+                        break;
+                    }
+                    // Each lane's arguments and out-buffers' slices, to its
+                    // thread.
+                    let #work: #p::Vec<_> = #lane_vals
+                        .by_ref()
+                        .zip(#wave_outs.iter_mut())
+                        .map(|((#lane, (#(#vals,)*)), (#(#outs,)*))| (#lane, ((#(#vals,)*), (#(#outs.lane_slice(),)*))))
+                        .collect();
+                    let #results = #call.run_parallel(#work, |((#(#vals,)*), (#(#outs,)*))| {
+                        // Zeroed on this thread, where the method writes them.
+                        #(let #outs = #outs.zeroed();)*
+                        #invoke
                     });
-                    if let #p::core::result::Result::Err(#e) = #r {
-                        #failed.push((#lane, #e));
+                    for ((#lane, #r), (#(#outs,)*)) in #results.into_iter().zip(#wave_outs) {
+                        let #r = #r.and_then(|#r| {
+                            #call.catch_lane(|| {
+                                let _ = &#r;
+                                #set_return
+                                #(#stores)*
+                                #p::core::result::Result::Ok(())
+                            })
+                        });
+                        // (The out-buffers end before their copy.)
+                        #p::core::mem::drop((#(#outs,)*));
+                        match #r {
+                            #p::core::result::Result::Ok(()) => #call.lane_stored(#lane),
+                            #p::core::result::Result::Err(#e) => #failed.push((#lane, #e)),
+                        }
                     }
                 }
                 #failed

@@ -2,21 +2,32 @@
 //! `#[gpu_rpc]` generates for a `#[gpu_rpc(parallel)]` method runs its
 //! host method.
 //!
-//! A generated arm for such a method has three steps. It reads every lane's
-//! arguments and takes its out-buffers on the serving thread (the call's
-//! state is the thread's own: [`ServerCall`] is not `Sync`). It hands each
-//! lane's host method, with those arguments, to
+//! A generated arm for such a method first reads every lane's arguments and
+//! takes its out-buffers on the serving thread (the call's state is the
+//! thread's own: [`ServerCall`] is not `Sync`;
+//! [`ServerCall::lane_out_buffer`] leaves an out-buffer's zeroing to the
+//! lane's thread). Then, wave by wave ([`ServerCall::parallel_wave`]), it
+//! hands each lane's host method, with those arguments, to
 //! [`ServerCall::run_parallel`], which runs them on up to
 //! [`ServerConfig::lane_threads`] threads (the serving thread and the
-//! dispatcher's kept helpers, `lane_pool.rs`). A call that moves less than
+//! dispatcher's kept helpers, `lane_pool.rs`); back on the serving thread
+//! it stores each lane's results and hands its out-buffers on to the copy
+//! to the device ([`ServerCall::lane_stored`]) while the next wave runs.
+//! Last, [`ServerCall::end_parallel`] answers the lanes that failed and
+//! sends what is left. A call that moves less than
 //! [`ServerConfig::parallel_min_bytes`], or has one lane, takes the plain
-//! arm instead ([`ServerCall::run`], in lane order). Back on the serving thread, it stores each lane's
-//! results and calls [`ServerCall::end_parallel`], which answers the lanes
-//! that failed and sends the others' out-buffers. What crosses threads is
-//! only what the method itself receives (its arguments, its out-buffers'
-//! slices) and what it returns.
+//! arm instead ([`ServerCall::run`], in lane order). What crosses threads
+//! is only what the method itself receives (its arguments, its
+//! out-buffers' slices) and what it returns.
 
 use std::sync::{Mutex, PoisonError};
+
+/// Where a call's out-buffers go to the device while it runs (a loan), a
+/// parallel arm runs its lanes in about this many waves: the copy of one
+/// wave's out-buffers overlaps the next wave's methods, as the plain arm's
+/// copies overlap its next lanes' methods. (The last wave's copy is left
+/// after the methods: a quarter of the call's, not all of it.)
+const WAVES: usize = 4;
 
 use super::server_call::catch_lane;
 use super::*;
@@ -99,18 +110,46 @@ impl ServerCall<'_> {
         catch_lane(self.method, f)
     }
 
+    /// How many of the `lanes` lanes a parallel arm read to hand
+    /// [`run_parallel`](Self::run_parallel) at once: all of them, or,
+    /// where the call's out-buffers go to the device while it runs (memory
+    /// lent for the call), a wave of about a quarter of them, a whole
+    /// number of lanes for each thread. The arm stores a wave's results and
+    /// calls [`lane_stored`](Self::lane_stored) for each of its lanes
+    /// before it runs the next wave.
+    pub fn parallel_wave(&self, lanes: usize) -> usize {
+        let threads = self.lane_threads.min(lanes).max(1);
+        if self.loan.is_none() {
+            return lanes.max(1);
+        }
+        threads * lanes.div_ceil(threads * WAVES).max(1)
+    }
+
+    /// Lane `lane` of a parallel arm is done: its host method ran, its
+    /// results are stored and its out-buffers dropped. They go to the
+    /// device now, while the next wave's methods run, as
+    /// [`run`](Self::run) sends each lane's while the next lane's method
+    /// runs; [`end_parallel`](Self::end_parallel) hands on the rest.
+    pub fn lane_stored(&self, lane: u32) {
+        if let Some(loan) = &self.loan {
+            loan.lane_done(lane);
+        }
+        self.stored.set(self.stored.get() | 1 << lane);
+    }
+
     /// The end of a parallel arm, once every lane's results are stored and
     /// its out-buffers dropped: answer each lane of `failed` with its error
     /// (logged in lane order, as [`run`](Self::run) logs them), then hand the
-    /// out-buffers of the lanes still `Ok` to the copy to the device, in
-    /// lane order.
+    /// out-buffers of the lanes still `Ok` that
+    /// [`lane_stored`](Self::lane_stored) did not hand on to the copy to the
+    /// device, in lane order.
     pub fn end_parallel(&mut self, mut failed: Vec<(u32, LaneError)>) {
         failed.sort_by_key(|&(lane, _)| lane);
         for (lane, e) in failed {
             self.fail(lane, e);
         }
         if let Some(loan) = &self.loan {
-            for lane in iter_lanes(self.ok) {
+            for lane in iter_lanes(self.ok & !self.stored.get()) {
                 loan.lane_done(lane);
             }
         }

@@ -401,6 +401,7 @@ impl Dispatcher {
                 None => self.config.lane_threads,
             },
             lane_pool: &self.lane_pool,
+            stored: Cell::new(0),
             loan,
         };
         if accepted {

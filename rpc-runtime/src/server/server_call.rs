@@ -141,6 +141,9 @@ pub struct ServerCall<'d> {
     pub(super) lane_threads: usize,
     /// Where the dispatcher keeps the helpers of parallel calls.
     pub(super) lane_pool: &'d super::lane_pool::LanePool,
+    /// The lanes of a parallel arm whose out-buffers were handed to the
+    /// copy to the device before its end ([`lane_stored`](Self::lane_stored)).
+    pub(super) stored: core::cell::Cell<u64>,
     /// Memory the backend lent for the call's direct slices.
     pub(super) loan: Option<Loan<'d>>,
 }
@@ -524,10 +527,7 @@ impl<'c, T> OutBuffer<'c, T> {
     /// slice to write.
     pub fn lane_slice(&mut self) -> LaneSlice<'_, T> {
         let unzeroed = core::mem::take(&mut self.unzeroed);
-        LaneSlice {
-            slice: self,
-            unzeroed,
-        }
+        LaneSlice { slice: self, unzeroed }
     }
 }
 
