@@ -88,13 +88,15 @@ pub struct ServerConfig {
     pub lane_threads: usize,
     /// A call to a `#[gpu_rpc(parallel)]` method runs on one thread per
     /// this many bytes of its lanes' streamed arguments and out-buffers, up
-    /// to [`lane_threads`](Self::lane_threads) (default 4 MiB: a call of
-    /// less runs in lane order; 0: every call of two lanes or more on
-    /// `lane_threads`). The kept helpers spin for work as long as idle
-    /// server threads do ([`IdlePolicy::spin`]), then park; waking a parked
-    /// one costs as much as a thread start on the GPU machine's host (about
-    /// 250 µs a call), and on a memory-bound fill four threads gained at
-    /// most 1.15× at 32 MiB a call (BENCHMARKS.md, section 3).
+    /// to [`lane_threads`](Self::lane_threads) (default 256 KiB: a call of
+    /// less than twice that runs in lane order; 0: every call of two lanes
+    /// or more on `lane_threads`). The kept helpers spin for work as long
+    /// as idle server threads do ([`IdlePolicy::spin`]), then park; waking
+    /// a parked one costs as much as a thread start on the GPU machine's
+    /// host (about 250 µs). On a memory-bound fill of lent out-buffers
+    /// (BENCHMARKS.md, section 3) four threads gave 1.17-1.22× at 2 MiB a
+    /// call and 2.0-2.6× at 32 MiB, against every lane on the serving
+    /// thread.
     pub parallel_min_bytes: u64,
 }
 
@@ -109,7 +111,7 @@ impl Default for ServerConfig {
             keep_errors: 1024,
             idle: IdlePolicy::default(),
             lane_threads: 4,
-            parallel_min_bytes: 4 << 20,
+            parallel_min_bytes: 256 << 10,
         }
     }
 }

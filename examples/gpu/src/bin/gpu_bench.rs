@@ -615,7 +615,8 @@ fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
             // `Bulk::source` runs a call's lanes on several threads
             // (`#[gpu_rpc(parallel)]`) where the call moves enough bytes:
             // the same rows with every lane on the serving thread, and with
-            // a thread for every 256 KiB of the call.
+            // a thread for every 4 MiB of the call (the default until the
+            // lanes zeroed their own out-buffers, `425a7db`).
             if dir == 1 && lanes > 1 && bytes >= 65_536 {
                 let cell = |(m, lo, hi): (f64, f64, f64)| format!("{m:.3} [{lo:.3}, {hi:.3}]");
                 let one = run(
@@ -627,11 +628,11 @@ fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
                     },
                 )
                 .1;
-                let small = ServerConfig {
-                    parallel_min_bytes: 256 << 10,
+                let large = ServerConfig {
+                    parallel_min_bytes: 4 << 20,
                     ..config.clone()
                 };
-                let split = run(false, 1 << 30, &small).1;
+                let split = run(false, 1 << 30, &large).1;
                 lanes_apart.push(format!(
                     "| {lanes} | {bytes} | {} | {} | {} | {:.2} | {:.2} |",
                     cell((r, rlo, rhi)),
@@ -700,12 +701,12 @@ fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
         println!(
             "\nHost → device, `Bulk::source` (`#[gpu_rpc(parallel)]`): the default configuration (up to {} threads, \
              one per {} KiB of the call), every lane on the serving thread (`lane_threads: 1`), and a thread per \
-             256 KiB; GB/s, median [min, max] of 3\n",
+             4 MiB; GB/s, median [min, max] of 3\n",
             ServerConfig::default().lane_threads,
             ServerConfig::default().parallel_min_bytes >> 10
         );
         println!(
-            "| lanes | bytes per lane-call | default | lane_threads 1 | 256 KiB a thread | default / 1 | 256 KiB / 1 |"
+            "| lanes | bytes per lane-call | default | lane_threads 1 | 4 MiB a thread | default / 1 | 4 MiB / 1 |"
         );
         println!("|---:|---:|---:|---:|---:|---:|---:|");
         for row in &lanes_apart {
