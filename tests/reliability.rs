@@ -1753,9 +1753,11 @@ fn parallel_lanes_run_on_several_threads() {
     use gpu_rpc::device_memory::{CopyError, DeviceMemory, EarlyWrites, Lent};
 
     /// The process's memory, lent as an earlier call's leftovers: every
-    /// byte 0xab but the loan's first third, which is zeros and lent as
-    /// zeros ([`Lent::with_zeros`]); the server zeroes the rest of each
-    /// out-buffer before its method gets it.
+    /// byte 0xab but two spans that are zeros and lent as zeros
+    /// ([`Lent::with_zeros`]), whose ends fall in the halves the lanes'
+    /// methods leave unwritten (for 16 lanes side by side: lanes 5.75,
+    /// 8.625 and 10.875); the server zeroes the rest of each out-buffer
+    /// before its method gets it.
     struct Dirty;
     impl DeviceMemory for Dirty {
         fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, CopyError)) {
@@ -1765,16 +1767,19 @@ fn parallel_lanes_run_on_several_threads() {
             ProcessMemory.write(copies, failed)
         }
         fn lend(&self, bytes: usize) -> Option<Lent<'_>> {
+            let zeros = [0..bytes / 128 * 46, bytes / 128 * 69..bytes / 128 * 87];
             let mut v = vec![0xabu8; bytes];
-            v[..bytes / 3].fill(0);
+            for z in &zeros {
+                v[z.clone()].fill(0);
+            }
             let raw = Box::into_raw(v.into_boxed_slice());
             // SAFETY: `raw` came from `Box::into_raw` just above.
             let ptr = std::ptr::NonNull::new(unsafe { (*raw).as_mut_ptr() })?;
             // SAFETY: the box is rebuilt once, when the loan ends.
             let back = Box::new(move |_: &[std::ops::Range<usize>]| drop(unsafe { Box::from_raw(raw) }));
             // SAFETY: the bytes are the loan's alone until `back` frees
-            // them, and its first third is zeros.
-            Some(unsafe { Lent::with_zeros(ptr, bytes, std::iter::once(0..bytes / 3).collect(), back) })
+            // them, and `zeros` (sorted) are zeros.
+            Some(unsafe { Lent::with_zeros(ptr, bytes, zeros.to_vec(), back) })
         }
         fn early_writes(&self) -> Option<Box<dyn EarlyWrites + '_>> {
             ProcessMemory.early_writes()
@@ -1883,6 +1888,69 @@ fn parallel_lanes_run_on_several_threads() {
                 assert_eq!(bad, None, "{what}: lane {l}");
             }
         }
+    }
+}
+
+/// A hand-written dispatch that hands a lane on (`ServerCall::lane_stored`)
+/// while the lane's out-buffer is still alive, and writes it after: the
+/// early copy leaves that out-buffer, and the device gets the bytes written
+/// last, after the call (no copy reads memory a live `&mut` writes).
+#[test]
+fn an_out_buffer_still_alive_is_not_sent_early() {
+    use gpu_rpc::server::{MethodInfo, ServerCall, Service};
+
+    const LANES: u32 = 4;
+    const EACH: usize = 64 << 10;
+    static METHODS: [MethodInfo; 1] = [MethodInfo {
+        desc: RelRpc::FILL,
+        path: "Late::fill",
+        module: "tests",
+    }];
+    /// `fill` by hand: stores each lane, hands it on, then writes it again.
+    struct Late;
+    impl Service for Late {
+        fn name(&self) -> &'static str {
+            "Late"
+        }
+        fn methods(&self) -> &'static [MethodInfo] {
+            &METHODS
+        }
+        fn dispatch(&self, _: usize, call: &mut ServerCall<'_>) {
+            {
+                let call = &*call;
+                let mut alive = Vec::new();
+                for lane in call.lanes() {
+                    let mut b = call.out_buffer::<u8>(lane, 0).unwrap();
+                    b.fill(lane as u8 + 1);
+                    call.set_out(lane, 0, &b);
+                    call.lane_stored(lane);
+                    b.fill(lane as u8 + 101);
+                    alive.push(b);
+                }
+            }
+            call.end_parallel(Vec::new());
+        }
+    }
+
+    let memory = Watched {
+        host: Arc::new(Host::default()),
+        sent: Mutex::new(Vec::new()),
+        fail_finish: false,
+    };
+    let mut d = Dispatcher::new(ServerConfig {
+        log_errors: false,
+        ..ServerConfig::default()
+    });
+    d.add(Late).unwrap();
+    let mut out = vec![0u8; LANES as usize * EACH];
+    let base = out.as_mut_ptr() as u64;
+    let statuses = served_direct_fill(&d, &memory, LANES, EACH, |l| base + (l as usize * EACH) as u64);
+    assert_eq!(d.errors(), []);
+    assert_eq!(statuses, [Status::Ok; LANES as usize]);
+    assert_eq!(*memory.sent.lock().unwrap(), [], "sent early while alive");
+    for l in 0..LANES as usize {
+        let lane = &out[l * EACH..][..EACH];
+        assert!(lane.iter().all(|&b| b == l as u8 + 101), "lane {l}: {:?}", &lane[..4]);
     }
 }
 

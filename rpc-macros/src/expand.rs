@@ -842,10 +842,12 @@ fn parallel_arm(a: &ParallelArm<'_>) -> TokenStream {
                     }
                     // Each lane's arguments and out-buffers' slices, to its
                     // thread.
-                    let #work: #p::Vec<_> = #lane_vals
-                        .by_ref()
-                        .zip(#wave_outs.iter_mut())
-                        .map(|((#lane, (#(#vals,)*)), (#(#outs,)*))| (#lane, ((#(#vals,)*), (#(#outs.lane_slice(),)*))))
+                    // (The wave's out-buffers first: `zip` then takes no
+                    // lane past the wave.)
+                    let #work: #p::Vec<_> = #wave_outs
+                        .iter_mut()
+                        .zip(#lane_vals.by_ref())
+                        .map(|((#(#outs,)*), (#lane, (#(#vals,)*)))| (#lane, ((#(#vals,)*), (#(#outs.lane_slice(),)*))))
                         .collect();
                     let #results = #call.run_parallel(#work, |((#(#vals,)*), (#(#outs,)*))| {
                         // Zeroed on this thread, where the method writes them.

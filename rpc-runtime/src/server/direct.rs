@@ -120,6 +120,9 @@ struct Slot {
     len: usize,
     /// An out-buffer's place was handed to the host method.
     taken: core::cell::Cell<bool>,
+    /// The [`OutBuffer`] handed this place is alive: nothing may read the
+    /// bytes yet (`lane_done` leaves it to `copy_out`).
+    held: core::cell::Cell<bool>,
     /// An out-buffer's bytes are in place (stored by `set_out`).
     filled: core::cell::Cell<bool>,
     /// The slice's device address.
@@ -147,12 +150,11 @@ impl<'m> Loan<'m> {
         Some(unsafe { core::slice::from_raw_parts(self.ptr(s), s.len) })
     }
 
-    /// The byte ranges of `[at, at + len)`, from `at`, that were not lent
-    /// as zeros.
-    fn unzeroed(&self, at: usize, len: usize) -> Vec<core::ops::Range<usize>> {
+    /// `f` of each byte range of `[at, at + len)` (from `at`) that was not
+    /// lent as zeros.
+    fn unzeroed(&self, at: usize, len: usize, mut f: impl FnMut(core::ops::Range<usize>)) {
         let end = at + len;
         let mut from = at;
-        let mut left = Vec::new();
         for z in self.lent.zeroed() {
             if z.end <= from {
                 continue;
@@ -161,44 +163,79 @@ impl<'m> Loan<'m> {
                 break;
             }
             if from < z.start {
-                left.push(from - at..z.start - at);
+                f(from - at..z.start - at);
             }
             from = z.end;
             if end <= from {
-                return left;
+                return;
             }
         }
-        left.push(from - at..len);
-        left
+        f(from - at..len);
     }
 
     /// The place of out-buffer `index` of `lane`, zeroed, for a host method
     /// to write `count` elements of `T` into (the caller checked
-    /// [`bytes_are_values`](crate::wire::bytes_are_values)`::<T>()`); `None`
-    /// if it has none, it was handed out already, or it is not aligned for
-    /// `T`.
-    // `&mut` from `&self`: as `take_out_unzeroed`'s.
-    #[allow(clippy::mut_from_ref)]
-    pub(super) fn take_out<T>(&self, lane: u32, index: usize, count: usize) -> Option<&mut [T]> {
-        let (place, unzeroed) = self.take_out_unzeroed::<T>(lane, index, count)?;
-        // SAFETY: every byte pattern of `T` is a value (the caller's check).
-        unsafe { zeroing::zero_ranges(&mut *place, &unzeroed) };
-        Some(place)
-    }
-
-    /// [`take_out`](Self::take_out) without the zeroing: the place, and the
-    /// byte ranges of it (from its start) that do not hold zeros yet, for
-    /// the thread that runs the lane's host method to zero
-    /// ([`zeroing::zero_ranges`]) before the method sees it.
+    /// [`bytes_are_values`](crate::wire::bytes_are_values)`::<T>()`), and
+    /// the flag its holder clears when done with it ([`Slot::held`]);
+    /// `None` if it has none, it was handed out already, or it is not
+    /// aligned for `T`.
     // `&mut` from `&self`: the slot is raw memory of the loan, handed out
     // once (`taken`), like a cell's contents.
     #[allow(clippy::mut_from_ref)]
+    pub(super) fn take_out<T>(
+        &self,
+        lane: u32,
+        index: usize,
+        count: usize,
+    ) -> Option<(&mut [T], &core::cell::Cell<bool>)> {
+        let (place, held, filled) = self.take_place::<T>(lane, index, count)?;
+        let bytes = core::mem::size_of_val(place);
+        let p = place.as_mut_ptr().cast::<u8>();
+        let zero = |r: core::ops::Range<usize>| {
+            // SAFETY: `r` lies within the place (`unzeroed` gives ranges of
+            // the slot, or the whole slot), which is borrowed mutably here;
+            // every byte pattern of `T` is a value (the caller's check).
+            unsafe { zeroing::zero(p.add(r.start), r.len()) }
+        };
+        match filled {
+            true => zero(0..bytes),
+            false => self.unzeroed(self.slot(lane, index)?.at, bytes, zero),
+        }
+        Some((place, held))
+    }
+
+    /// [`take_out`](Self::take_out) without the zeroing: the place, its
+    /// flag, and the byte ranges of it (from its start) that do not hold
+    /// zeros yet, for the thread that runs the lane's host method to zero
+    /// ([`zeroing::zero_ranges`]) before the method sees it.
+    #[allow(clippy::mut_from_ref, clippy::type_complexity)]
     pub(super) fn take_out_unzeroed<T>(
         &self,
         lane: u32,
         index: usize,
         count: usize,
-    ) -> Option<(&mut [T], Vec<core::ops::Range<usize>>)> {
+    ) -> Option<(&mut [T], &core::cell::Cell<bool>, Vec<core::ops::Range<usize>>)> {
+        let (place, held, filled) = self.take_place::<T>(lane, index, count)?;
+        let bytes = core::mem::size_of_val(place);
+        let mut left = Vec::new();
+        match filled {
+            true => left.push(0..bytes),
+            false => self.unzeroed(self.slot(lane, index)?.at, bytes, |r| left.push(r)),
+        }
+        Some((place, held, left))
+    }
+
+    /// Hand out the place of out-buffer `index` of `lane` (see
+    /// [`take_out`](Self::take_out)), not zeroed, with its flag, and
+    /// whether an earlier store copied bytes here (then none of the
+    /// lender's zeros are left).
+    #[allow(clippy::mut_from_ref)]
+    fn take_place<T>(
+        &self,
+        lane: u32,
+        index: usize,
+        count: usize,
+    ) -> Option<(&mut [T], &core::cell::Cell<bool>, bool)> {
         let s = self.slot(lane, index)?;
         let p = self.ptr(s);
         // (Not once sent: a copy to the device may still be reading it.)
@@ -210,23 +247,17 @@ impl<'m> Loan<'m> {
             return None;
         }
         s.taken.set(true);
-        let unzeroed = if s.filled.get() {
-            // An earlier store copied bytes here: none of the lender's
-            // zeros are left.
-            std::vec![0..s.len]
-        } else {
-            // Zeros where the lender lent zeros (its cleaner zeroed earlier
-            // calls' out-buffers off their way).
-            self.unzeroed(s.at, s.len)
-        };
+        s.held.set(true);
         // SAFETY: the slot's `len` bytes are in the loan, which outlives the
         // borrow of the call the place is tied to; it is handed out once
-        // (`taken`), and nothing else touches it until the host method is
-        // done (`set_out` compares addresses only); aligned for `T`, and
-        // `T`'s every byte pattern is a value (the caller's check), so the
-        // bytes are `count` valid elements (zeros once the caller zeroed
-        // `unzeroed`, as the method expects).
-        unsafe { Some((core::slice::from_raw_parts_mut(p.cast::<T>(), count), unzeroed)) }
+        // (`taken`), and nothing else touches it while it is held (`held`:
+        // `lane_done` skips it, `set_out` compares addresses only); aligned
+        // for `T`, and `T`'s every byte pattern is a value (the caller's
+        // check), so the bytes are `count` valid elements (zeros once the
+        // caller zeroed what the lender did not lend as zeros, as the method
+        // expects).
+        let place = unsafe { core::slice::from_raw_parts_mut(p.cast::<T>(), count) };
+        Some((place, &s.held, s.filled.get()))
     }
 
     /// Out-buffer `index` of `lane` is `bytes`: mark it in place if `bytes`
@@ -270,7 +301,8 @@ impl<'m> Loan<'m> {
         let mut early = self.early.borrow_mut();
         for i in self.first_out..self.slots.len() {
             let s = &self.slots[i];
-            if s.lane != lane || !s.filled.get() {
+            // (A place still held by its out-buffer is left for `copy_out`.)
+            if s.lane != lane || !s.filled.get() || s.held.get() {
                 continue;
             }
             let (first, last) = match early.run {
@@ -434,6 +466,7 @@ impl Dispatcher {
                 at,
                 len,
                 taken: core::cell::Cell::new(false),
+                held: core::cell::Cell::new(false),
                 filled: core::cell::Cell::new(false),
                 dev: address(addrs, lane, index),
                 sent: core::cell::Cell::new(false),

@@ -14,7 +14,7 @@
 //! it stores each lane's results and hands its out-buffers on to the copy
 //! to the device ([`ServerCall::lane_stored`]) while the next wave runs.
 //! Last, [`ServerCall::end_parallel`] answers the lanes that failed and
-//! sends what is left. A call that moves less than
+//! sends what is left. A call that moves less than twice
 //! [`ServerConfig::parallel_min_bytes`], or has one lane, takes the plain
 //! arm instead ([`ServerCall::run`], in lane order). What crosses threads
 //! is only what the method itself receives (its arguments, its
@@ -130,11 +130,18 @@ impl ServerCall<'_> {
     /// device now, while the next wave's methods run, as
     /// [`run`](Self::run) sends each lane's while the next lane's method
     /// runs; [`end_parallel`](Self::end_parallel) hands on the rest.
+    ///
+    /// A lane not `Ok`, or stored already, is left as it is; an out-buffer
+    /// still alive ([`OutBuffer`] not dropped) is sent after the call.
     pub fn lane_stored(&self, lane: u32) {
+        let bit = 1u64.checked_shl(lane).unwrap_or(0);
+        if self.ok & bit == 0 || self.stored.get() & bit != 0 {
+            return;
+        }
+        self.stored.set(self.stored.get() | bit);
         if let Some(loan) = &self.loan {
             loan.lane_done(lane);
         }
-        self.stored.set(self.stored.get() | 1 << lane);
     }
 
     /// The end of a parallel arm, once every lane's results are stored and

@@ -298,12 +298,12 @@ impl ServerCall<'_> {
         if let (true, Some(loan)) = (numbers, self.loan.as_ref()) {
             let index = self.n_in + j;
             if zero_now {
-                if let Some(place) = loan.take_out::<T>(lane, index, count as usize) {
-                    return Ok(OutBuffer::new(Out::Lent(place)));
+                if let Some((place, held)) = loan.take_out::<T>(lane, index, count as usize) {
+                    return Ok(OutBuffer::new(Out::Lent(place, held)));
                 }
-            } else if let Some((place, unzeroed)) = loan.take_out_unzeroed::<T>(lane, index, count as usize) {
+            } else if let Some((place, held, unzeroed)) = loan.take_out_unzeroed::<T>(lane, index, count as usize) {
                 return Ok(OutBuffer {
-                    out: Out::Lent(place),
+                    out: Out::Lent(place, held),
                     unzeroed,
                 });
             }
@@ -541,19 +541,35 @@ pub struct LaneSlice<'b, T> {
 impl<'b, T> LaneSlice<'b, T> {
     /// The out-buffer's elements, every one zero (as a host method is
     /// handed an out-buffer), zeroed on this thread where they were not yet.
-    pub fn zeroed(self) -> &'b mut [T] {
+    pub fn zeroed(mut self) -> &'b mut [T] {
+        self.zero();
+        core::mem::take(&mut self.slice)
+    }
+
+    fn zero(&mut self) {
         // SAFETY: `unzeroed` is non-empty only for a buffer lent by the
         // call's memory (`take_out_unzeroed`), which is made only for `T`
         // whose every byte pattern is a value (`bytes_are_values`); its
         // ranges lie in the slot the slice is.
         unsafe { super::zeroing::zero_ranges(&mut *self.slice, &self.unzeroed) };
-        self.slice
+        self.unzeroed.clear();
+    }
+}
+
+impl<T> Drop for LaneSlice<'_, T> {
+    /// A slice dropped before [`zeroed`](LaneSlice::zeroed) is zeroed now:
+    /// its out-buffer never reaches the device with an earlier call's
+    /// bytes.
+    fn drop(&mut self) {
+        self.zero();
     }
 }
 
 enum Out<'c, T> {
     Owned(Vec<T>),
-    Lent(&'c mut [T]),
+    /// A place in the call's loan, and its flag that says it is held (no
+    /// early copy reads it until this out-buffer is dropped).
+    Lent(&'c mut [T], &'c core::cell::Cell<bool>),
     /// A buffer the thread kept (`spare.rs`), `count` elements of `T` (a
     /// number, `bytes_are_values`) at an address aligned for `T`; it goes
     /// back to `home` when the out-buffer is dropped.
@@ -576,9 +592,12 @@ struct KeptHome<'c> {
 impl<T> core::ops::Deref for OutBuffer<'_, T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
+        // (One from `lane_out_buffer` is read once its `LaneSlice` zeroed
+        // it.)
+        debug_assert!(self.unzeroed.is_empty(), "an out-buffer read before it was zeroed");
         match &self.out {
             Out::Owned(v) => v,
-            Out::Lent(s) => s,
+            Out::Lent(s, _) => s,
             // SAFETY: `buf` holds `count * size_of::<T>()` initialized bytes
             // at an address aligned for `T` (`Spare::take` checked it), and
             // every byte pattern is a `T` (`out_buffer` made a `Kept` only
@@ -590,9 +609,13 @@ impl<T> core::ops::Deref for OutBuffer<'_, T> {
 
 impl<T> core::ops::DerefMut for OutBuffer<'_, T> {
     fn deref_mut(&mut self) -> &mut [T] {
+        if !self.unzeroed.is_empty() {
+            // Zeroed here, if not by a `LaneSlice`.
+            self.lane_slice().zeroed();
+        }
         match &mut self.out {
             Out::Owned(v) => v,
-            Out::Lent(s) => s,
+            Out::Lent(s, _) => s,
             // SAFETY: as in `deref`, borrowed mutably through `self`.
             Out::Kept { buf, count, .. } => unsafe {
                 core::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<T>(), *count)
@@ -604,6 +627,10 @@ impl<T> core::ops::DerefMut for OutBuffer<'_, T> {
 impl<T> Drop for OutBuffer<'_, T> {
     fn drop(&mut self) {
         let Out::Kept { buf, call, .. } = &mut self.out else {
+            if let Out::Lent(_, held) = &self.out {
+                // The place may be read now (an early copy).
+                held.set(false);
+            }
             return;
         };
         let buf = std::mem::take(buf);

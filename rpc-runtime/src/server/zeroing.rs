@@ -60,7 +60,9 @@ pub(super) unsafe fn zero(p: *mut u8, len: usize) {
 }
 
 /// Zero the byte ranges `ranges` of `place` (offsets from its start,
-/// within it): the bytes of an out-buffer that did not come as zeros.
+/// within it), on this thread alone: the bytes of an out-buffer that did not
+/// come as zeros, zeroed by the thread that runs its lane's host method (the
+/// lanes are spread over threads already).
 ///
 /// # Safety
 /// Every byte pattern of `T` is a value
@@ -74,7 +76,7 @@ pub(super) unsafe fn zero_ranges<T>(place: &mut [T], ranges: &[core::ops::Range<
         // SAFETY: `[r.start, r.end)` lies in `place` (checked above), which
         // is borrowed mutably here; zeros are values of `T` (the caller's
         // promise).
-        unsafe { zero(p.add(r.start), r.len()) }
+        unsafe { core::ptr::write_bytes(p.add(r.start), 0, r.len()) }
     }
 }
 
