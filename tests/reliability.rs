@@ -1600,6 +1600,21 @@ impl DeviceMemory for Watched {
     }
 }
 
+/// Lend `bytes` (a heap buffer, freed when the loan ends), saying that
+/// `zeros` (sorted byte ranges) hold zeros.
+fn lend_heap(bytes: Vec<u8>, zeros: Vec<std::ops::Range<usize>>) -> Option<Lent<'static>> {
+    assert!(zeros.iter().all(|z| bytes[z.clone()].iter().all(|&b| b == 0)));
+    let len = bytes.len();
+    let raw = Box::into_raw(bytes.into_boxed_slice());
+    // SAFETY: `raw` came from `Box::into_raw` just above.
+    let ptr = std::ptr::NonNull::new(unsafe { (*raw).as_mut_ptr() })?;
+    // SAFETY: the box is rebuilt once, when the loan ends.
+    let back = Box::new(move |_: &[std::ops::Range<usize>]| drop(unsafe { Box::from_raw(raw) }));
+    // SAFETY: the bytes are the loan's alone until `back` frees them, and
+    // `zeros` hold zeros (asserted above).
+    Some(unsafe { Lent::with_zeros(ptr, len, zeros, back) })
+}
+
 /// Out-buffers go to the device while the call's later lanes still run:
 /// side-by-side out-buffers of lanes whose methods are done are sent in one
 /// copy once they hold 256 KiB (`EARLY_BYTES`), before the next lane's
@@ -1725,16 +1740,23 @@ fn parallel_waves_send_out_buffers_while_later_waves_run() {
     let fills: Vec<_> = sent.iter().map(|&(_, _, fills)| fills).collect();
     assert_eq!(fills, [8, 8, 16, 16, 24, 24, 32, 32]);
     for l in 0..LANES {
-        let lane = &out[l as usize * EACH..][..EACH];
-        let bad = lane.iter().enumerate().position(|(i, &b)| {
-            b != if i < EACH / 2 {
-                (l as u8).wrapping_add(i as u8)
-            } else {
-                0
-            }
-        });
-        assert_eq!(bad, None, "lane {l}");
+        assert_half_filled(&out, EACH, l, "");
     }
+}
+
+/// Lane `l`'s `each` bytes of `out` are what `Rel::fill_half` with seed `l`
+/// leaves: `l + i` in the first half, then zeros (never what the memory
+/// held before).
+fn assert_half_filled(out: &[u8], each: usize, l: u32, what: &str) {
+    let lane = &out[l as usize * each..][..each];
+    let bad = lane.iter().enumerate().position(|(i, &b)| {
+        b != if i < each / 2 {
+            (l as u8).wrapping_add(i as u8)
+        } else {
+            0
+        }
+    });
+    assert_eq!(bad, None, "{what}: lane {l}");
 }
 
 /// A `#[gpu_rpc(parallel)]` method's lanes run on several host threads when
@@ -1767,19 +1789,12 @@ fn parallel_lanes_run_on_several_threads() {
             ProcessMemory.write(copies, failed)
         }
         fn lend(&self, bytes: usize) -> Option<Lent<'_>> {
-            let zeros = [0..bytes / 128 * 46, bytes / 128 * 69..bytes / 128 * 87];
+            let zeros = vec![0..bytes / 128 * 46, bytes / 128 * 69..bytes / 128 * 87];
             let mut v = vec![0xabu8; bytes];
             for z in &zeros {
                 v[z.clone()].fill(0);
             }
-            let raw = Box::into_raw(v.into_boxed_slice());
-            // SAFETY: `raw` came from `Box::into_raw` just above.
-            let ptr = std::ptr::NonNull::new(unsafe { (*raw).as_mut_ptr() })?;
-            // SAFETY: the box is rebuilt once, when the loan ends.
-            let back = Box::new(move |_: &[std::ops::Range<usize>]| drop(unsafe { Box::from_raw(raw) }));
-            // SAFETY: the bytes are the loan's alone until `back` frees
-            // them, and `zeros` (sorted) are zeros.
-            Some(unsafe { Lent::with_zeros(ptr, bytes, zeros.to_vec(), back) })
+            lend_heap(v, zeros)
         }
         fn early_writes(&self) -> Option<Box<dyn EarlyWrites + '_>> {
             ProcessMemory.early_writes()
@@ -1877,15 +1892,7 @@ fn parallel_lanes_run_on_several_threads() {
             // its method wrote, then zeros (what the lent memory held
             // before is never seen).
             for l in (0..LANES).filter(|&l| statuses[l as usize] == Status::Ok) {
-                let lane = &out[l as usize * each..][..each];
-                let bad = lane.iter().enumerate().position(|(i, &b)| {
-                    b != if i < each / 2 {
-                        (l as u8).wrapping_add(i as u8)
-                    } else {
-                        0
-                    }
-                });
-                assert_eq!(bad, None, "{what}: lane {l}");
+                assert_half_filled(&out, each, l, &what);
             }
         }
     }
@@ -1977,15 +1984,7 @@ fn the_last_store_of_an_out_buffer_is_what_the_device_gets() {
             ProcessMemory.write(copies, failed)
         }
         fn lend(&self, bytes: usize) -> Option<Lent<'_>> {
-            let raw = Box::into_raw(vec![0u8; bytes].into_boxed_slice());
-            // SAFETY: `raw` came from `Box::into_raw` just above.
-            let ptr = std::ptr::NonNull::new(unsafe { (*raw).as_mut_ptr() })?;
-            // SAFETY: the box is rebuilt once, when the loan ends.
-            let back = Box::new(move |_: &[std::ops::Range<usize>]| drop(unsafe { Box::from_raw(raw) }));
-            let all = std::iter::once(0..bytes).collect();
-            // SAFETY: the bytes are the loan's alone until `back` frees
-            // them, and all zero.
-            Some(unsafe { Lent::with_zeros(ptr, bytes, all, back) })
+            lend_heap(vec![0u8; bytes], std::iter::once(0..bytes).collect())
         }
         fn early_writes(&self) -> Option<Box<dyn gpu_rpc::device_memory::EarlyWrites + '_>> {
             ProcessMemory.early_writes()
