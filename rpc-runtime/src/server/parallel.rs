@@ -49,6 +49,64 @@ impl ServerCall<'_> {
     /// OS refused to start leaves its share to the others (to the serving
     /// thread if none started). A lane whose method panics gets
     /// [`Status::HandlerPanicked`], as in [`run`](Self::run).
+    ///
+    /// # Example
+    ///
+    /// The arm a hand-written dispatch would have for
+    /// `fn fill(&self, seed: u8, out: &mut [u8])` with its lanes on several
+    /// threads, as `#[gpu_rpc(parallel)]` generates it: read on the serving
+    /// thread, then wave by wave run, store and hand on, then end.
+    ///
+    /// ```
+    /// # use rpc_runtime as gpu_rpc;
+    /// use gpu_rpc::server::{LaneError, ServerCall};
+    ///
+    /// fn fill_arm(call: &mut ServerCall<'_>) {
+    ///     let mut failed: Vec<(u32, LaneError)> = Vec::new();
+    ///     {
+    ///         let call = &*call;
+    ///         let (mut seeds, mut outs) = (Vec::new(), Vec::new());
+    ///         for lane in call.lanes() {
+    ///             let read = call
+    ///                 .arg_at::<u8>(lane, 0, 0)
+    ///                 .and_then(|seed| Ok((seed, call.lane_out_buffer::<u8>(lane, 0)?)));
+    ///             match read {
+    ///                 Ok((seed, out)) => {
+    ///                     seeds.push((lane, seed));
+    ///                     outs.push(out);
+    ///                 }
+    ///                 Err(e) => failed.push((lane, e)),
+    ///             }
+    ///         }
+    ///         let wave = call.parallel_wave(seeds.len());
+    ///         let (mut seeds, mut outs) = (seeds.into_iter(), outs.into_iter());
+    ///         loop {
+    ///             let mut wave_outs: Vec<_> = outs.by_ref().take(wave).collect();
+    ///             if wave_outs.is_empty() {
+    ///                 break;
+    ///             }
+    ///             let work: Vec<_> = wave_outs
+    ///                 .iter_mut()
+    ///                 .zip(seeds.by_ref())
+    ///                 .map(|(out, (lane, seed))| (lane, (seed, out.lane_slice())))
+    ///                 .collect();
+    ///             // On up to `lane_threads` threads: zero, then fill.
+    ///             let results = call.run_parallel(work, |(seed, out)| out.zeroed().fill(seed));
+    ///             for ((lane, r), out) in results.into_iter().zip(wave_outs) {
+    ///                 match r {
+    ///                     Ok(()) => {
+    ///                         call.set_out(lane, 0, &out);
+    ///                         drop(out);
+    ///                         call.lane_stored(lane);
+    ///                     }
+    ///                     Err(e) => failed.push((lane, e)),
+    ///                 }
+    ///             }
+    ///         }
+    ///     }
+    ///     call.end_parallel(failed);
+    /// }
+    /// ```
     pub fn run_parallel<P: Send, R: Send>(
         &self,
         items: Vec<(u32, P)>,
