@@ -94,7 +94,7 @@ pub struct ServerConfig {
     /// as idle server threads do ([`IdlePolicy::spin`]), then park; waking
     /// a parked one costs as much as a thread start on the GPU machine's
     /// host (about 250 µs). On a memory-bound fill of lent out-buffers
-    /// (BENCHMARKS.md, section 3) four threads gave 1.17-1.22× at 2 MiB a
+    /// (BENCHMARKS.md, section 3) four threads gave 1.16-1.27× at 2 MiB a
     /// call and 2.0-2.6× at 32 MiB, against every lane on the serving
     /// thread.
     pub parallel_min_bytes: u64,
