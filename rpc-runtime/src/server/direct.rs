@@ -150,9 +150,15 @@ impl<'m> Loan<'m> {
         Some(unsafe { core::slice::from_raw_parts(self.ptr(s), s.len) })
     }
 
-    /// `f` of each byte range of `[at, at + len)` (from `at`) that was not
-    /// lent as zeros.
-    fn unzeroed(&self, at: usize, len: usize, mut f: impl FnMut(core::ops::Range<usize>)) {
+    /// `f` of each byte range of slot `s` (from its start) that does not
+    /// hold zeros: all of it after a store copied bytes there (none of the
+    /// lender's zeros are left), else what the lender did not lend as zeros.
+    fn unzeroed(&self, s: &Slot, mut f: impl FnMut(core::ops::Range<usize>)) {
+        let (at, len) = (s.at, s.len);
+        if s.filled.get() {
+            f(0..len);
+            return;
+        }
         let end = at + len;
         let mut from = at;
         for z in self.lent.zeroed() {
@@ -188,20 +194,15 @@ impl<'m> Loan<'m> {
         index: usize,
         count: usize,
     ) -> Option<(&mut [T], &core::cell::Cell<bool>)> {
-        let (place, held, filled) = self.take_place::<T>(lane, index, count)?;
-        let bytes = core::mem::size_of_val(place);
+        let (place, slot) = self.take_place::<T>(lane, index, count)?;
         let p = place.as_mut_ptr().cast::<u8>();
-        let zero = |r: core::ops::Range<usize>| {
-            // SAFETY: `r` lies within the place (`unzeroed` gives ranges of
-            // the slot, or the whole slot), which is borrowed mutably here;
-            // every byte pattern of `T` is a value (the caller's check).
+        self.unzeroed(slot, |r| {
+            // SAFETY: `r` lies within the slot (`unzeroed`), which is the
+            // place, borrowed mutably here; every byte pattern of `T` is a
+            // value (the caller's check).
             unsafe { zeroing::zero(p.add(r.start), r.len()) }
-        };
-        match filled {
-            true => zero(0..bytes),
-            false => self.unzeroed(self.slot(lane, index)?.at, bytes, zero),
-        }
-        Some((place, held))
+        });
+        Some((place, &slot.held))
     }
 
     /// [`take_out`](Self::take_out) without the zeroing: the place, its
@@ -215,27 +216,16 @@ impl<'m> Loan<'m> {
         index: usize,
         count: usize,
     ) -> Option<(&mut [T], &core::cell::Cell<bool>, Vec<core::ops::Range<usize>>)> {
-        let (place, held, filled) = self.take_place::<T>(lane, index, count)?;
-        let bytes = core::mem::size_of_val(place);
+        let (place, slot) = self.take_place::<T>(lane, index, count)?;
         let mut left = Vec::new();
-        match filled {
-            true => left.push(0..bytes),
-            false => self.unzeroed(self.slot(lane, index)?.at, bytes, |r| left.push(r)),
-        }
-        Some((place, held, left))
+        self.unzeroed(slot, |r| left.push(r));
+        Some((place, &slot.held, left))
     }
 
     /// Hand out the place of out-buffer `index` of `lane` (see
-    /// [`take_out`](Self::take_out)), not zeroed, with its flag, and
-    /// whether an earlier store copied bytes here (then none of the
-    /// lender's zeros are left).
+    /// [`take_out`](Self::take_out)), not zeroed, with its slot.
     #[allow(clippy::mut_from_ref)]
-    fn take_place<T>(
-        &self,
-        lane: u32,
-        index: usize,
-        count: usize,
-    ) -> Option<(&mut [T], &core::cell::Cell<bool>, bool)> {
+    fn take_place<T>(&self, lane: u32, index: usize, count: usize) -> Option<(&mut [T], &Slot)> {
         let s = self.slot(lane, index)?;
         let p = self.ptr(s);
         // (Not once sent: a copy to the device may still be reading it.)
@@ -257,7 +247,7 @@ impl<'m> Loan<'m> {
         // caller zeroed what the lender did not lend as zeros, as the method
         // expects).
         let place = unsafe { core::slice::from_raw_parts_mut(p.cast::<T>(), count) };
-        Some((place, &s.held, s.filled.get()))
+        Some((place, s))
     }
 
     /// Out-buffer `index` of `lane` is `bytes`: mark it in place if `bytes`

@@ -22,15 +22,15 @@
 
 use std::sync::{Mutex, PoisonError};
 
+use super::server_call::catch_lane;
+use super::*;
+
 /// Where a call's out-buffers go to the device while it runs (a loan), a
 /// parallel arm runs its lanes in about this many waves: the copy of one
 /// wave's out-buffers overlaps the next wave's methods, as the plain arm's
 /// copies overlap its next lanes' methods. (The last wave's copy is left
 /// after the methods: a quarter of the call's, not all of it.)
 const WAVES: usize = 4;
-
-use super::server_call::catch_lane;
-use super::*;
 
 /// One lane of a parallel run: its number, the arguments of its host method
 /// until a thread takes them, and what the method gave.
@@ -176,10 +176,10 @@ impl ServerCall<'_> {
     /// calls [`lane_stored`](Self::lane_stored) for each of its lanes
     /// before it runs the next wave.
     pub fn parallel_wave(&self, lanes: usize) -> usize {
-        let threads = self.lane_threads.min(lanes).max(1);
         if self.loan.is_none() {
             return lanes.max(1);
         }
+        let threads = self.lane_threads.min(lanes).max(1);
         threads * lanes.div_ceil(threads * WAVES).max(1)
     }
 

@@ -619,19 +619,15 @@ fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
             // lanes zeroed their own out-buffers, `425a7db`).
             if dir == 1 && lanes > 1 && bytes >= 65_536 {
                 let cell = |(m, lo, hi): (f64, f64, f64)| format!("{m:.3} [{lo:.3}, {hi:.3}]");
-                let one = run(
-                    false,
-                    1 << 30,
-                    &ServerConfig {
-                        lane_threads: 1,
-                        ..config.clone()
-                    },
-                )
-                .1;
+                let in_order = ServerConfig {
+                    lane_threads: 1,
+                    ..config.clone()
+                };
                 let large = ServerConfig {
                     parallel_min_bytes: 4 << 20,
                     ..config.clone()
                 };
+                let one = run(false, 1 << 30, &in_order).1;
                 let split = run(false, 1 << 30, &large).1;
                 lanes_apart.push(format!(
                     "| {lanes} | {bytes} | {} | {} | {} | {:.2} | {:.2} |",

@@ -398,7 +398,7 @@ fn bulk_checks(ctx: &mut Ctx, module: &Module) {
         let threads = (grid * block) as usize;
         let host = Arc::new(BulkHost::default());
         // `Bulk`'s byte-wise methods are `#[gpu_rpc(parallel)]`: a thread
-        // per 64 KiB of a call (the default is 4 MiB), so that the warps'
+        // per 64 KiB of a call (the default is 256 KiB), so that the warps'
         // calls here run on the kept helpers, two server threads sharing
         // them.
         let config = ServerConfig {
