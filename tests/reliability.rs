@@ -1898,62 +1898,83 @@ fn parallel_lanes_run_on_several_threads() {
     }
 }
 
+/// A service of one method, `Rel::fill`'s opcode, whose dispatch is written
+/// by hand: the closure.
+struct FillByHand<F>(F);
+
+impl<F: Fn(&mut gpu_rpc::server::ServerCall<'_>) + Send + Sync> gpu_rpc::server::Service for FillByHand<F> {
+    fn name(&self) -> &'static str {
+        "FillByHand"
+    }
+    fn methods(&self) -> &'static [gpu_rpc::server::MethodInfo] {
+        static METHODS: [gpu_rpc::server::MethodInfo; 1] = [gpu_rpc::server::MethodInfo {
+            desc: RelRpc::FILL,
+            path: "FillByHand::fill",
+            module: "tests",
+        }];
+        &METHODS
+    }
+    fn dispatch(&self, _: usize, call: &mut gpu_rpc::server::ServerCall<'_>) {
+        (self.0)(call)
+    }
+}
+
+/// `Rel::fill` served by `service` alone with `memory` ([`served_direct_fill`]:
+/// lane `l` of `lanes` passes the `each` bytes at `l * each` of one buffer
+/// as its out-buffer): that buffer, once every lane was answered `Ok` and
+/// the server logged no error.
+fn filled_by_hand(
+    service: impl gpu_rpc::server::Service + 'static,
+    memory: &dyn DeviceMemory,
+    lanes: u32,
+    each: usize,
+) -> Vec<u8> {
+    let mut d = Dispatcher::new(ServerConfig {
+        log_errors: false,
+        ..ServerConfig::default()
+    });
+    d.add(service).unwrap();
+    let mut out = vec![0u8; lanes as usize * each];
+    let base = out.as_mut_ptr() as u64;
+    let statuses = served_direct_fill(&d, memory, lanes, each, |l| base + (l as usize * each) as u64);
+    assert_eq!(d.errors(), []);
+    assert_eq!(statuses, vec![Status::Ok; lanes as usize]);
+    out
+}
+
 /// A hand-written dispatch that hands a lane on (`ServerCall::lane_stored`)
 /// while the lane's out-buffer is still alive, and writes it after: the
 /// early copy leaves that out-buffer, and the device gets the bytes written
 /// last, after the call (no copy reads memory a live `&mut` writes).
 #[test]
 fn an_out_buffer_still_alive_is_not_sent_early() {
-    use gpu_rpc::server::{MethodInfo, ServerCall, Service};
+    use gpu_rpc::server::ServerCall;
 
     const LANES: u32 = 4;
     const EACH: usize = 64 << 10;
-    static METHODS: [MethodInfo; 1] = [MethodInfo {
-        desc: RelRpc::FILL,
-        path: "Late::fill",
-        module: "tests",
-    }];
-    /// `fill` by hand: stores each lane, hands it on, then writes it again.
-    struct Late;
-    impl Service for Late {
-        fn name(&self) -> &'static str {
-            "Late"
-        }
-        fn methods(&self) -> &'static [MethodInfo] {
-            &METHODS
-        }
-        fn dispatch(&self, _: usize, call: &mut ServerCall<'_>) {
-            {
-                let call = &*call;
-                let mut alive = Vec::new();
-                for lane in call.lanes() {
-                    let mut b = call.out_buffer::<u8>(lane, 0).unwrap();
-                    b.fill(lane as u8 + 1);
-                    call.set_out(lane, 0, &b);
-                    call.lane_stored(lane);
-                    b.fill(lane as u8 + 101);
-                    alive.push(b);
-                }
+    // `fill` by hand: stores each lane, hands it on, then writes it again.
+    let late = FillByHand(|call: &mut ServerCall<'_>| {
+        {
+            let call = &*call;
+            let mut alive = Vec::new();
+            for lane in call.lanes() {
+                let mut b = call.out_buffer::<u8>(lane, 0).unwrap();
+                b.fill(lane as u8 + 1);
+                call.set_out(lane, 0, &b);
+                call.lane_stored(lane);
+                b.fill(lane as u8 + 101);
+                alive.push(b);
             }
-            call.end_parallel(Vec::new());
         }
-    }
+        call.end_parallel(Vec::new());
+    });
 
     let memory = Watched {
         host: Arc::new(Host::default()),
         sent: Mutex::new(Vec::new()),
         fail_finish: false,
     };
-    let mut d = Dispatcher::new(ServerConfig {
-        log_errors: false,
-        ..ServerConfig::default()
-    });
-    d.add(Late).unwrap();
-    let mut out = vec![0u8; LANES as usize * EACH];
-    let base = out.as_mut_ptr() as u64;
-    let statuses = served_direct_fill(&d, &memory, LANES, EACH, |l| base + (l as usize * EACH) as u64);
-    assert_eq!(d.errors(), []);
-    assert_eq!(statuses, [Status::Ok; LANES as usize]);
+    let out = filled_by_hand(late, &memory, LANES, EACH);
     assert_eq!(*memory.sent.lock().unwrap(), [], "sent early while alive");
     for l in 0..LANES as usize {
         let lane = &out[l * EACH..][..EACH];
@@ -1971,7 +1992,7 @@ fn an_out_buffer_still_alive_is_not_sent_early() {
 fn the_last_store_of_an_out_buffer_is_what_the_device_gets() {
     use gpu_rpc::cpu::ProcessMemory;
     use gpu_rpc::device_memory::{CopyError, DeviceMemory, Lent};
-    use gpu_rpc::server::{MethodInfo, ServerCall, Service};
+    use gpu_rpc::server::ServerCall;
 
     /// The process's memory, lending zeroed heap memory that it says is
     /// zeros ([`Lent::with_zeros`]), with the CPU backend's early writes.
@@ -1993,57 +2014,35 @@ fn the_last_store_of_an_out_buffer_is_what_the_device_gets() {
 
     const LANES: u32 = 6;
     const EACH: usize = 64 << 10;
-    static METHODS: [MethodInfo; 1] = [MethodInfo {
-        desc: RelRpc::FILL,
-        path: "Hand::fill",
-        module: "tests",
-    }];
-    /// `fill` by hand: what the out-buffers it was handed held.
-    struct Hand(Arc<Mutex<Vec<(u32, bool)>>>);
-    impl Service for Hand {
-        fn name(&self) -> &'static str {
-            "Hand"
-        }
-        fn methods(&self) -> &'static [MethodInfo] {
-            &METHODS
-        }
-        fn dispatch(&self, _: usize, call: &mut ServerCall<'_>) {
-            call.run(|call, lane| {
-                // A store of the wrong length (kept by the call), then one
-                // of the right length (in the loan): the second wins.
-                call.set_out::<u8>(lane, 0, &[9u8; 10]);
-                call.set_out::<u8>(lane, 0, &vec![lane as u8 + 1; EACH]);
-                Ok(())
-            });
-            let zeros = |b: &[u8]| b.iter().all(|&x| x == 0);
-            // Lane 0 went early: a later store goes after it.
-            call.set_out::<u8>(0, 0, &vec![0xee; EACH]);
-            // Lane 1 went early: its out-buffer comes zeroed, elsewhere.
-            let mut b = call.out_buffer::<u8>(1, 0).unwrap();
-            self.0.lock().unwrap().push((1, zeros(&b)));
-            b.fill(0xdd);
-            call.set_out::<u8>(1, 0, &b);
-            drop(b);
-            // Lane 5 did not: its place comes zeroed although the loan said
-            // zeros there and the store wrote sixes.
-            let mut b = call.out_buffer::<u8>(5, 0).unwrap();
-            self.0.lock().unwrap().push((5, zeros(&b)));
-            b.fill(0xcc);
-            call.set_out::<u8>(5, 0, &b);
-        }
-    }
-
+    // `fill` by hand, noting what the out-buffers it was handed held.
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let mut d = Dispatcher::new(ServerConfig {
-        log_errors: false,
-        ..ServerConfig::default()
+    let noted = Arc::clone(&seen);
+    let hand = FillByHand(move |call: &mut ServerCall<'_>| {
+        call.run(|call, lane| {
+            // A store of the wrong length (kept by the call), then one of
+            // the right length (in the loan): the second wins.
+            call.set_out::<u8>(lane, 0, &[9u8; 10]);
+            call.set_out::<u8>(lane, 0, &vec![lane as u8 + 1; EACH]);
+            Ok(())
+        });
+        let zeros = |b: &[u8]| b.iter().all(|&x| x == 0);
+        // Lane 0 went early: a later store goes after it.
+        call.set_out::<u8>(0, 0, &vec![0xee; EACH]);
+        // Lane 1 went early: its out-buffer comes zeroed, elsewhere.
+        let mut b = call.out_buffer::<u8>(1, 0).unwrap();
+        noted.lock().unwrap().push((1, zeros(&b)));
+        b.fill(0xdd);
+        call.set_out::<u8>(1, 0, &b);
+        drop(b);
+        // Lane 5 did not: its place comes zeroed although the loan said
+        // zeros there and the store wrote sixes.
+        let mut b = call.out_buffer::<u8>(5, 0).unwrap();
+        noted.lock().unwrap().push((5, zeros(&b)));
+        b.fill(0xcc);
+        call.set_out::<u8>(5, 0, &b);
     });
-    d.add(Hand(Arc::clone(&seen))).unwrap();
-    let mut out = vec![0u8; LANES as usize * EACH];
-    let base = out.as_mut_ptr() as u64;
-    let statuses = served_direct_fill(&d, &Zeroed, LANES, EACH, |l| base + (l as usize * EACH) as u64);
-    assert_eq!(d.errors(), []);
-    assert_eq!(statuses, [Status::Ok; LANES as usize]);
+
+    let out = filled_by_hand(hand, &Zeroed, LANES, EACH);
     assert_eq!(*seen.lock().unwrap(), [(1, true), (5, true)], "handed out zeroed");
     for (l, want) in [0xee, 0xdd, 3, 4, 5, 0xcc].into_iter().enumerate() {
         let lane = &out[l * EACH..][..EACH];
