@@ -184,10 +184,10 @@ impl LanePool {
 
     /// Run `task(i)` for every `i` in `0..n`, task 0 on this thread and the
     /// others on the helpers (all on this thread if there are none), and
-    /// return once every one has run. Once its own task is done, this
-    /// thread takes back its tasks no helper has started and runs them: a
-    /// scope whose helpers are busy (with other calls' tasks, or inside a
-    /// scope of their own) still ends. `task` catches its own panics; one
+    /// return once every one has run. Once its own task is done (or has
+    /// unwound), this thread takes back its tasks no helper has started and
+    /// runs them: a scope whose helpers are busy (with other calls' tasks,
+    /// or inside a scope of their own) still ends. `task` catches its own panics; one
     /// that escapes a helper is caught there and ends only that task.
     pub(super) fn scope(&self, n: usize, task: &(dyn Fn(usize) + Sync)) {
         // (One task, or no helper to give the others to: all here.)
@@ -203,22 +203,33 @@ impl LanePool {
             lock: Mutex::new(()),
             zero: Condvar::new(),
         });
-        // Waits for the queued tasks even if this thread's own unwinds, so
-        // that none runs after `task`'s borrow ends.
-        struct WaitOnDrop<'a>(&'a Latch);
-        impl Drop for WaitOnDrop<'_> {
+        // Ends the scope, also when this thread's own task unwinds (so that
+        // no task runs after `task`'s borrow ends): takes back this scope's
+        // tasks no helper has started and runs them here, then waits for
+        // the rest.
+        struct EndScope<'a>(&'a Shared, &'a Arc<Latch>);
+        impl Drop for EndScope<'_> {
             fn drop(&mut self) {
-                self.0.wait();
+                let EndScope(shared, done) = *self;
+                let take_back = || {
+                    let mut q = lock(&shared.queue);
+                    let i = q.tasks.iter().position(|t| Arc::ptr_eq(&t.done, done))?;
+                    q.take(i, &shared.queued)
+                };
+                while let Some(t) = take_back() {
+                    t.run();
+                }
+                done.wait();
             }
         }
-        let guard = WaitOnDrop(&done);
+        let end = EndScope(&h.shared, &done);
         {
             // The closure with its lifetime erased, for the tasks.
             let run: *const (dyn Fn(usize) + Sync) = {
                 type Erased = &'static (dyn Fn(usize) + Sync);
                 // SAFETY: only the lifetime changes; the tasks queued here use
                 // the pointer, and each runs and counts `done` down before
-                // `guard` lets this function return (or unwind).
+                // `end` lets this function return (or unwind).
                 unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), Erased>(task) }
             };
             let mut q = lock(&h.shared.queue);
@@ -237,18 +248,7 @@ impl LanePool {
             }
         }
         task(0);
-        loop {
-            let mine = {
-                let mut q = lock(&h.shared.queue);
-                let i = q.tasks.iter().position(|t| Arc::ptr_eq(&t.done, &done));
-                i.and_then(|i| q.take(i, &h.shared.queued))
-            };
-            match mine {
-                Some(t) => t.run(),
-                None => break,
-            }
-        }
-        drop(guard);
+        drop(end);
     }
 }
 
@@ -425,6 +425,47 @@ mod tests {
             assert!(r.is_err());
             // Relaxed: the scope is over.
             assert_eq!(others.load(Ordering::Relaxed), 2);
+        });
+    }
+
+    /// A caller whose own task panics while no helper is free (the pool's
+    /// one helper is that caller, inside a scope of its own) runs its other
+    /// tasks itself as it unwinds, and the scopes end.
+    #[test]
+    fn a_panicking_caller_with_no_free_helper_ends() {
+        within_20s(|| {
+            let pool = LanePool::new(1, Duration::from_micros(200));
+            let (started, inner) = (AtomicUsize::new(0), AtomicUsize::new(0));
+            let panicked = AtomicUsize::new(0);
+            pool.scope(2, &|i| {
+                // Relaxed: this count's only word.
+                started.fetch_add(1, Ordering::Relaxed);
+                if i == 0 {
+                    // Until the helper has task 1 (up to 5 s), so that this
+                    // thread does not take it back.
+                    let t = Instant::now();
+                    while started.load(Ordering::Relaxed) < 2 && t.elapsed() < Duration::from_secs(5) {
+                        std::thread::yield_now();
+                    }
+                    return;
+                }
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    pool.scope(3, &|j| {
+                        if j == 0 {
+                            panic!("inner task 0");
+                        }
+                        // Relaxed: read after the scopes.
+                        inner.fetch_add(1, Ordering::Relaxed);
+                    })
+                }));
+                if r.is_err() {
+                    // Relaxed: read after the scopes.
+                    panicked.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            // Relaxed: the scopes are over.
+            assert_eq!(inner.load(Ordering::Relaxed), 2);
+            assert_eq!(panicked.load(Ordering::Relaxed), 1);
         });
     }
 }
