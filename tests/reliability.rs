@@ -1600,19 +1600,38 @@ impl DeviceMemory for Watched {
     }
 }
 
-/// Lend `bytes` (a heap buffer, freed when the loan ends), saying that
-/// `zeros` (sorted byte ranges) hold zeros.
-fn lend_heap(bytes: Vec<u8>, zeros: Vec<std::ops::Range<usize>>) -> Option<Lent<'static>> {
-    assert!(zeros.iter().all(|z| bytes[z.clone()].iter().all(|&b| b == 0)));
-    let len = bytes.len();
-    let raw = Box::into_raw(bytes.into_boxed_slice());
-    // SAFETY: `raw` came from `Box::into_raw` just above.
-    let ptr = std::ptr::NonNull::new(unsafe { (*raw).as_mut_ptr() })?;
-    // SAFETY: the box is rebuilt once, when the loan ends.
-    let back = Box::new(move |_: &[std::ops::Range<usize>]| drop(unsafe { Box::from_raw(raw) }));
-    // SAFETY: the bytes are the loan's alone until `back` frees them, and
-    // `zeros` hold zeros (asserted above).
-    Some(unsafe { Lent::with_zeros(ptr, len, zeros, back) })
+/// The process's memory with the CPU backend's early writes, lending heap
+/// buffers that its function makes for the size asked: the bytes, and the
+/// sorted byte ranges of them that hold zeros, lent as zeros
+/// ([`Lent::with_zeros`]). A buffer is freed when its loan ends.
+struct HeapLoans(MakeLoan);
+
+/// [`HeapLoans`]' function: a loan's bytes and its ranges of zeros.
+type MakeLoan = fn(usize) -> (Vec<u8>, Vec<std::ops::Range<usize>>);
+
+impl DeviceMemory for HeapLoans {
+    fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+        cpu::ProcessMemory.read(copies, failed)
+    }
+    fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, CopyError)) {
+        cpu::ProcessMemory.write(copies, failed)
+    }
+    fn lend(&self, bytes: usize) -> Option<Lent<'_>> {
+        let (v, zeros) = (self.0)(bytes);
+        assert_eq!(v.len(), bytes);
+        assert!(zeros.iter().all(|z| v[z.clone()].iter().all(|&b| b == 0)));
+        let raw = Box::into_raw(v.into_boxed_slice());
+        // SAFETY: `raw` came from `Box::into_raw` just above.
+        let ptr = std::ptr::NonNull::new(unsafe { (*raw).as_mut_ptr() })?;
+        // SAFETY: the box is rebuilt once, when the loan ends.
+        let back = Box::new(move |_: &[std::ops::Range<usize>]| drop(unsafe { Box::from_raw(raw) }));
+        // SAFETY: the bytes are the loan's alone until `back` frees them,
+        // and `zeros` hold zeros (asserted above).
+        Some(unsafe { Lent::with_zeros(ptr, bytes, zeros, back) })
+    }
+    fn early_writes(&self) -> Option<Box<dyn EarlyWrites + '_>> {
+        cpu::ProcessMemory.early_writes()
+    }
 }
 
 /// Out-buffers go to the device while the call's later lanes still run:
@@ -1772,34 +1791,20 @@ fn assert_half_filled(out: &[u8], each: usize, l: u32, what: &str) {
 #[test]
 fn parallel_lanes_run_on_several_threads() {
     use gpu_rpc::cpu::ProcessMemory;
-    use gpu_rpc::device_memory::{CopyError, DeviceMemory, EarlyWrites, Lent};
 
-    /// The process's memory, lent as an earlier call's leftovers: every
-    /// byte 0xab but two spans that are zeros and lent as zeros
-    /// ([`Lent::with_zeros`]), whose ends fall in the halves the lanes'
-    /// methods leave unwritten (for 16 lanes side by side: lanes 5.75,
-    /// 8.625 and 10.875); the server zeroes the rest of each out-buffer
-    /// before its method gets it.
-    struct Dirty;
-    impl DeviceMemory for Dirty {
-        fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, CopyError)) {
-            ProcessMemory.read(copies, failed)
+    // The process's memory, lent as an earlier call's leftovers: every byte
+    // 0xab but two spans that are zeros and lent as zeros, whose ends fall
+    // in the halves the lanes' methods leave unwritten (for 16 lanes side
+    // by side: lanes 5.75, 8.625 and 10.875); the server zeroes the rest of
+    // each out-buffer before its method gets it.
+    let dirty = HeapLoans(|bytes| {
+        let zeros = vec![0..bytes / 128 * 46, bytes / 128 * 69..bytes / 128 * 87];
+        let mut v = vec![0xabu8; bytes];
+        for z in &zeros {
+            v[z.clone()].fill(0);
         }
-        fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, CopyError)) {
-            ProcessMemory.write(copies, failed)
-        }
-        fn lend(&self, bytes: usize) -> Option<Lent<'_>> {
-            let zeros = vec![0..bytes / 128 * 46, bytes / 128 * 69..bytes / 128 * 87];
-            let mut v = vec![0xabu8; bytes];
-            for z in &zeros {
-                v[z.clone()].fill(0);
-            }
-            lend_heap(v, zeros)
-        }
-        fn early_writes(&self) -> Option<Box<dyn EarlyWrites + '_>> {
-            ProcessMemory.early_writes()
-        }
-    }
+        (v, zeros)
+    });
 
     const LANES: u32 = 16;
     const PANICS: u32 = 3;
@@ -1847,7 +1852,7 @@ fn parallel_lanes_run_on_several_threads() {
             // dirty, or not lent.
             let memory: &dyn DeviceMemory = match lend {
                 "zeroed" => &ProcessMemory,
-                "dirty" => &Dirty,
+                "dirty" => &dirty,
                 _ => &NoLoans,
             };
             let statuses = served_fill_of(RelRpc::FILL_PARALLEL, &d, memory, LANES, each, addr, args);
@@ -1990,27 +1995,11 @@ fn an_out_buffer_still_alive_is_not_sent_early() {
 /// after the call.
 #[test]
 fn the_last_store_of_an_out_buffer_is_what_the_device_gets() {
-    use gpu_rpc::cpu::ProcessMemory;
-    use gpu_rpc::device_memory::{CopyError, DeviceMemory, Lent};
     use gpu_rpc::server::ServerCall;
 
-    /// The process's memory, lending zeroed heap memory that it says is
-    /// zeros ([`Lent::with_zeros`]), with the CPU backend's early writes.
-    struct Zeroed;
-    impl DeviceMemory for Zeroed {
-        fn read(&self, copies: &mut [(u64, &mut [u8])], failed: &mut dyn FnMut(usize, CopyError)) {
-            ProcessMemory.read(copies, failed)
-        }
-        fn write(&self, copies: &[(u64, &[u8])], failed: &mut dyn FnMut(usize, CopyError)) {
-            ProcessMemory.write(copies, failed)
-        }
-        fn lend(&self, bytes: usize) -> Option<Lent<'_>> {
-            lend_heap(vec![0u8; bytes], std::iter::once(0..bytes).collect())
-        }
-        fn early_writes(&self) -> Option<Box<dyn gpu_rpc::device_memory::EarlyWrites + '_>> {
-            ProcessMemory.early_writes()
-        }
-    }
+    // The process's memory, lending zeroed heap memory that it says is
+    // zeros.
+    let zeroed = HeapLoans(|bytes| (vec![0u8; bytes], std::iter::once(0..bytes).collect()));
 
     const LANES: u32 = 6;
     const EACH: usize = 64 << 10;
@@ -2042,7 +2031,7 @@ fn the_last_store_of_an_out_buffer_is_what_the_device_gets() {
         call.set_out::<u8>(5, 0, &b);
     });
 
-    let out = filled_by_hand(hand, &Zeroed, LANES, EACH);
+    let out = filled_by_hand(hand, &zeroed, LANES, EACH);
     assert_eq!(*seen.lock().unwrap(), [(1, true), (5, true)], "handed out zeroed");
     for (l, want) in [0xee, 0xdd, 3, 4, 5, 0xcc].into_iter().enumerate() {
         let lane = &out[l * EACH..][..EACH];
