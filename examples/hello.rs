@@ -44,6 +44,7 @@ struct Host {
 
 impl HostServices for Host {
     fn print_stderr(&self, msg: &str) {
+        // Relaxed: a tally for the summary; nothing else is published through it.
         self.messages.fetch_add(1, Ordering::Relaxed);
         eprintln!("{msg}");
     }
@@ -51,6 +52,7 @@ impl HostServices for Host {
     fn exit(&self, code: i32) -> ! {
         eprintln!(
             "summary: {} messages, {} additions, {} bytes read; exiting with code {code}",
+            // Relaxed: a tally for the summary; nothing else is published through it.
             self.messages.load(Ordering::Relaxed),
             self.adds.load(Ordering::Relaxed),
             self.bytes_read.load(Ordering::Relaxed),
@@ -61,6 +63,7 @@ impl HostServices for Host {
     }
 
     fn add(&self, a: u64, b: u64) -> u64 {
+        // Relaxed: a tally for the summary; nothing else is published through it.
         self.adds.fetch_add(1, Ordering::Relaxed);
         a.wrapping_add(b)
     }
@@ -69,6 +72,7 @@ impl HostServices for Host {
         let start = (offset as usize).min(TEXT.len());
         let n = out.len().min(TEXT.len() - start);
         out[..n].copy_from_slice(&TEXT[start..start + n]);
+        // Relaxed: a tally for the summary; nothing else is published through it.
         self.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
         n
     }

@@ -91,6 +91,7 @@ struct Host {
 
 impl Rel for Arc<Host> {
     fn add(&self, a: u64, b: u64) -> u64 {
+        // Relaxed: a tally; it is read after the threads that add to it are joined.
         self.adds.fetch_add(1, Ordering::Relaxed);
         a.checked_add(b).expect("add overflowed")
     }
@@ -237,6 +238,7 @@ fn unknown_opcode_is_answered_and_logged() {
     });
     assert_eq!(report.calls, 4);
     assert_eq!(report.errors, 3);
+    // Relaxed: read after the work that counts is over (joined threads or an ended launch).
     assert_eq!(host.adds.load(Ordering::Relaxed), 1);
     let errors = d.errors();
     let opcodes = [OtherRpc::PING.opcode, OtherRpc::UPLOAD.opcode, OtherRpc::SHOUT.opcode];
@@ -673,6 +675,7 @@ fn a_panic_on_one_lane_leaves_the_other_lanes_answered() {
         );
         assert_has(&errors[round].message, &["Rel::add panicked", "add overflowed"]);
     }
+    // Relaxed: read after the work that counts is over (joined threads or an ended launch).
     assert_eq!(host.adds.load(Ordering::Relaxed), 8);
 }
 
@@ -754,6 +757,7 @@ fn lying_direct_addresses_are_refused() {
                 [out.as_mut_ptr() as u64, 64],
             );
             assert_eq!(st, [Status::Ok, Status::InvalidArgument]);
+            // Release: pairs with the server loop's acquire load of its stop flag.
             stop.store(true, Ordering::Release);
             served.join().unwrap().unwrap();
         });
@@ -803,6 +807,7 @@ fn lying_direct_addresses_are_refused() {
         let word = RelRpc::SUM.frame_word().pack();
         let (st, _) = direct_call(&dev, RelRpc::SUM.opcode, word, &len, data.as_ptr() as u64);
         assert_eq!(st, Status::InvalidArgument);
+        // Release: pairs with the server loop's acquire load of its stop flag.
         stop.store(true, Ordering::Release);
         served.join().unwrap().unwrap();
     });
@@ -987,6 +992,7 @@ fn garbage_in_the_region_is_refused_and_the_region_stays_usable() {
     assert_eq!(report.0.calls, 80);
     assert_eq!(report.0.errors, 0);
     assert!(report.1, "a port was left locked or pending");
+    // Relaxed: read after the work that counts is over (joined threads or an ended launch).
     assert_eq!(host.adds.load(Ordering::Relaxed), 80);
 }
 
@@ -1570,6 +1576,7 @@ impl EarlyWrites for Queue<'_> {
         if let Some(e) = failed {
             return Err(e);
         }
+        // Relaxed: read after the work that counts is over (joined threads or an ended launch).
         let fills = self.0.host.fills.load(Ordering::Relaxed);
         self.0.sent.lock().unwrap().push((at, bytes.len(), fills));
         Ok(())

@@ -129,6 +129,7 @@ impl Kinds for Arc<KindsHost> {
     }
     fn unit(&self, _u: ()) {}
     fn nothing(&self) {
+        // Relaxed: a tally; it is read after the threads that add to it are joined.
         self.nothing_calls.fetch_add(1, Ordering::Relaxed);
     }
     fn arrays(&self, mut a: [u16; 5]) -> [u16; 5] {
@@ -373,6 +374,7 @@ fn every_kind_roundtrips() {
         })
         .unwrap();
         assert_eq!(report.errors, 0, "{:?}", d.errors());
+        // Relaxed: read after the work that counts is over (joined threads or an ended launch).
         assert_eq!(host.nothing_calls.load(Ordering::Relaxed), 6);
     }
 }
@@ -682,6 +684,7 @@ fn never_method_halts_the_lane() {
             if t.id != 4 {
                 k.finish(t.id as i32 * 10);
             }
+            // Relaxed: a tally; it is read after the threads that add to it are joined.
             after.fetch_add(1, Ordering::Relaxed);
         },
     )
@@ -840,6 +843,7 @@ fn failed_call_panics_at_the_callers_line() {
         },
         &d,
         |client, _| {
+            // Relaxed: read by this thread only, after the call.
             call_line.store(line!() + 1, Ordering::Relaxed);
             UnregisteredClient::new(client).missing(7);
         },
@@ -849,6 +853,7 @@ fn failed_call_panics_at_the_callers_line() {
     let seen = SEEN.lock().unwrap().clone();
     assert_eq!(
         seen,
+        // Relaxed: read after the work that counts is over (joined threads or an ended launch).
         vec![(file!().to_string(), call_line.load(Ordering::Relaxed))],
         "the panic must name the caller's file and line"
     );
@@ -1115,6 +1120,7 @@ fn contended_mixed_calls() {
             let mut buf = vec![0u8; (i as usize * 7) % 200];
             assert_eq!(k.read_block(i as u64, &mut buf), buf.len());
             assert!(buf.iter().enumerate().all(|(j, &b)| b == text_at(i as u64 + j as u64)));
+            // Relaxed: a tally; it is read after the threads that add to it are joined.
             total.fetch_add(1, Ordering::Relaxed);
         }
     })

@@ -63,6 +63,7 @@ impl TempPath {
         let name = format!(
             "gpu_rpc_std_services_{}_{}_{tag}",
             std::process::id(),
+            // Relaxed: a tally; it is read after the threads that add to it are joined.
             N.fetch_add(1, Ordering::Relaxed)
         );
         TempPath(std::env::temp_dir().join(name))
@@ -232,6 +233,7 @@ fn exit_in_record_mode_records_the_code_and_halts_the_lane() {
         if id == 2 {
             services::exit(3);
             #[allow(unreachable_code)]
+            // Relaxed: a flag read by this thread after the server has stopped.
             after_exit.store(true, Ordering::Relaxed);
         }
     });
@@ -239,6 +241,7 @@ fn exit_in_record_mode_records_the_code_and_halts_the_lane() {
     assert!(!host.aborted());
     assert_eq!(report.halted, 1);
     assert_eq!(report.errors, 0);
+    // Relaxed: a flag read by this thread after the server has stopped.
     assert!(!after_exit.load(Ordering::Relaxed));
     assert_eq!(out.lines().len(), 4);
 }

@@ -56,6 +56,7 @@ impl Stress for Arc<Host> {
         out.len() as u32
     }
     fn note(&self, thread: u32, x: u64) {
+        // Relaxed: a tally; it is read after the threads that add to it are joined.
         self.notes.fetch_add(1, Ordering::Relaxed);
         self.note_sum
             .fetch_add(thread as u64 * 1_000_000 + x, Ordering::Relaxed);

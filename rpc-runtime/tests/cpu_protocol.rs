@@ -34,6 +34,7 @@ fn contended_increments_are_exact() {
                 assert_eq!(y, x + 1);
                 x = y;
             }
+            // Relaxed: a tally; it is read after the threads that add to it are joined.
             total.fetch_add(x - t.id as u64 * 1_000_000, Ordering::Relaxed);
         })
         .unwrap();

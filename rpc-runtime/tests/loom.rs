@@ -242,6 +242,7 @@ fn two_server_threads_scan_the_same_ports() {
                         let mut v = 0;
                         let port = port.recv(|_, b| v = b.data[0]).unwrap();
                         port.send(|_, b| b.data[0] = v + 1).unwrap().close();
+                        // AcqRel: the main thread's final acquire load sees both servers' counts (the joins order them too).
                         served.fetch_add(1, loom::sync::atomic::Ordering::AcqRel);
                     }
                 })
@@ -257,6 +258,7 @@ fn two_server_threads_scan_the_same_ports() {
         for s in servers {
             s.join().unwrap();
         }
+        // Acquire: pairs with the servers' increments (after the joins, which order them anyway).
         assert_eq!(served.load(loom::sync::atomic::Ordering::Acquire), 2);
     });
 }

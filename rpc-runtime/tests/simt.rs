@@ -736,6 +736,7 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
         return Err(problems.join("\n"));
     };
     for (i, (sent, got)) in ledger.raw_sent.iter().zip(&ledger.raw_got).enumerate() {
+        // Relaxed: read after the work that counts is over (joined threads or an ended launch).
         let (sent, got) = (sent.load(Ordering::Relaxed), got.load(Ordering::Relaxed));
         if sent != got {
             problems.push(format!(
@@ -746,6 +747,7 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
         }
     }
     let (sent, got) = (
+        // Relaxed: read after the work that counts is over (joined threads or an ended launch).
         ledger.stub_sent.load(Ordering::Relaxed),
         STUB_GOT.load(Ordering::Relaxed),
     );
@@ -761,6 +763,7 @@ fn run_seed(seed: u64) -> Result<Outcome, String> {
     if problems.is_empty() {
         Ok(Outcome {
             stats,
+            // Relaxed: read after the work that counts is over (joined threads or an ended launch).
             lane_calls: ledger.lane_calls.load(Ordering::Relaxed),
         })
     } else {

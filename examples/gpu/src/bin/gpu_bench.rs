@@ -599,6 +599,7 @@ fn bandwidth(dev: &CudaDevice, module: &Module, dirs: &[u32]) {
                         KernelArg::Ptr(out.device_ptr()),
                     ];
                     let r = launch_with_region(&region, &kernel, &cfg, &d, &args).unwrap();
+                    // Relaxed: read after the work that counts is over (joined threads or an ended launch).
                     let moved = counters.sunk.load(Ordering::Relaxed) + bulk.sent.load(Ordering::Relaxed);
                     assert_eq!(moved, (per_call * iters as usize) as u64);
                     assert_eq!(d.error_count(), 0);
@@ -1001,6 +1002,7 @@ fn idle_latencies(module: &Module, policy: IdlePolicy, servers: usize, silence: 
             ns as f64 / 1e3
         })
         .collect();
+    // Relaxed: read after the work that counts is over (joined threads or an ended launch).
     assert_eq!(counters.incr.load(Ordering::Relaxed), reps as u64);
     v
 }

@@ -128,6 +128,7 @@ fn counting(
             report.calls
         ));
     }
+    // Relaxed: read after the work that counts is over (joined threads or an ended launch).
     if kernel.name() == "rpc_incr_kernel" && counters.incr.load(Ordering::Relaxed) != threads as u64 * iters as u64 {
         return Err(format!(
             "host counted {} incr lane-calls; {msg}",
@@ -229,6 +230,7 @@ fn main() -> ExitCode {
         for (i, r) in results.into_iter().enumerate() {
             let r = r.map_err(|e| format!("launch {i}: {e}"))?;
             let want = threads as u64 * iters as u64;
+            // Relaxed: read after the work that counts is over (joined threads or an ended launch).
             let got = counters[i].incr.load(Ordering::Relaxed);
             if got != want {
                 return Err(format!("launch {i}: host counted {got} incr calls, expected {want}"));
@@ -315,6 +317,7 @@ fn main() -> ExitCode {
                 KernelArg::Ptr(out.device_ptr()),
             ],
         );
+        // Relaxed: read after the work that counts is over (joined threads or an ended launch).
         let sunk = counters.sunk.load(Ordering::Relaxed);
         let want = 256 * iters as u64 * bytes;
         // SAFETY: the kernel has finished.
