@@ -240,15 +240,18 @@ mod nvptx {
         use core::sync::atomic::AtomicU64;
         use gpu_example_services::pingpong::*;
         static LOCK: AtomicU32 = AtomicU32::new(0);
-        // SAFETY: `WORDS` live words, 8-byte aligned; `PAYLOAD` and `REPLY`
-        // are even indices (8-byte aligned `u64`s) with room for 2 and 1.
-        let (mine, theirs, payload, reply, wrong) = unsafe {
+        // SAFETY: `WORDS` live words, 8-byte aligned; `PAYLOAD`, `REPLY`,
+        // `SPREAD_SECOND` and `SPREAD_THIRD` are even indices (8-byte aligned
+        // `u64`s) with room for 2, 1, 1 and 1.
+        let (mine, theirs, payload, reply, wrong, second, third) = unsafe {
             (
                 &*words.add(GPU_FLAG),
                 &*words.add(HOST_FLAG),
                 &*(words.add(PAYLOAD) as *const [AtomicU64; 2]),
                 &*(words.add(REPLY) as *const AtomicU64),
                 &*words.add(WRONG),
+                &*(words.add(SPREAD_SECOND) as *const AtomicU64),
+                &*(words.add(SPREAD_THIRD) as *const AtomicU64),
             )
         };
         let mut bad = 0;
@@ -284,7 +287,12 @@ mod nvptx {
             if steps & STEP_PAYLOAD != 0 {
                 // Relaxed: published by the release store of the flag.
                 payload[0].store(i as u64, Ordering::Relaxed);
-                payload[1].store(!(i as u64), Ordering::Relaxed);
+                if steps & STEP_SPREAD != 0 {
+                    second.store(!(i as u64), Ordering::Relaxed);
+                    third.store(i as u64 ^ 0x5555, Ordering::Relaxed);
+                } else {
+                    payload[1].store(!(i as u64), Ordering::Relaxed);
+                }
             }
             // Release: the payload is visible before the flag.
             mine.store(i, Ordering::Release);

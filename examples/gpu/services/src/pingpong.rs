@@ -13,8 +13,14 @@ pub const PAYLOAD: usize = 32;
 pub const REPLY: usize = 48;
 /// Where the GPU leaves its count of wrong replies when it is done.
 pub const WRONG: usize = 60;
+/// With [`STEP_SPREAD`], the second payload word (a `u64`, on a line of its
+/// own).
+pub const SPREAD_SECOND: usize = 64;
+/// With [`STEP_SPREAD`], a third payload word (a `u64`, on a line of its
+/// own): a one-lane call's header beside its frame word and argument.
+pub const SPREAD_THIRD: usize = 80;
 /// `u32` words of the buffer.
-pub const WORDS: usize = 64;
+pub const WORDS: usize = 96;
 
 /// Step bit: two payload words written before the flag (a call's frame and
 /// argument), checked by the host.
@@ -42,3 +48,8 @@ pub const STEP_LOCK_TEST: u32 = 32;
 /// wait now) instead of relaxed ones followed by an acquire fence
 /// (`fence.acq_rel.sys`, its wait before `44ac377`).
 pub const STEP_ACQUIRE_LOAD: u32 = 64;
+/// Modifier of [`STEP_PAYLOAD`]: three payload words, each on a cache line
+/// of its own (`PAYLOAD`, [`SPREAD_SECOND`], [`SPREAD_THIRD`]), as a
+/// one-lane call writes its header, frame word and argument, instead of two
+/// words on one line: what each further line written before the flag costs.
+pub const STEP_SPREAD: u32 = 128;

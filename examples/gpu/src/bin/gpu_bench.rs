@@ -162,12 +162,14 @@ fn pingpong_steps(dev: &CudaDevice, module: &Module, iters: u32, steps: u32) -> 
         // SAFETY: the buffer (page-aligned) outlives this thread (joined
         // below); the words are the kernel's layout (`pingpong`), atomics
         // shared with the GPU, the `u64`s at even indices.
-        let (gpu, mine, payload, reply) = unsafe {
+        let (gpu, mine, payload, reply, second, third) = unsafe {
             (
                 &*host.add(pingpong::GPU_FLAG),
                 &*host.add(pingpong::HOST_FLAG),
                 &*(host.add(pingpong::PAYLOAD) as *const [AtomicU64; 2]),
                 &*(host.add(pingpong::REPLY) as *const AtomicU64),
+                &*(host.add(pingpong::SPREAD_SECOND) as *const AtomicU64),
+                &*(host.add(pingpong::SPREAD_THIRD) as *const AtomicU64),
             )
         };
         let mut bad = 0u32;
@@ -178,8 +180,14 @@ fn pingpong_steps(dev: &CudaDevice, module: &Module, iters: u32, steps: u32) -> 
             }
             if steps & pingpong::STEP_PAYLOAD != 0 {
                 // Relaxed: ordered by the acquire load above.
-                let (a, b) = (payload[0].load(Ordering::Relaxed), payload[1].load(Ordering::Relaxed));
-                bad += (a != i as u64 || b != !(i as u64)) as u32;
+                let a = payload[0].load(Ordering::Relaxed);
+                if steps & pingpong::STEP_SPREAD != 0 {
+                    let (b, c) = (second.load(Ordering::Relaxed), third.load(Ordering::Relaxed));
+                    bad += (a != i as u64 || b != !(i as u64) || c != i as u64 ^ 0x5555) as u32;
+                } else {
+                    let b = payload[1].load(Ordering::Relaxed);
+                    bad += (a != i as u64 || b != !(i as u64)) as u32;
+                }
             }
             if steps & pingpong::STEP_REPLY != 0 {
                 // Relaxed: published by the release store below.
@@ -248,7 +256,7 @@ fn per_call_from(
 fn null(dev: &CudaDevice, module: &Module) {
     use pingpong::{
         STEP_ACQUIRE_LOAD, STEP_LOCK, STEP_LOCK_NO_FENCE, STEP_LOCK_ORDERED_RMW, STEP_LOCK_TEST, STEP_PAYLOAD,
-        STEP_REPLY,
+        STEP_REPLY, STEP_SPREAD,
     };
     const REPS: usize = 3;
     let iters = 20_000;
@@ -260,7 +268,7 @@ fn null(dev: &CudaDevice, module: &Module) {
     pingpong(dev, module, 1000);
     // The workloads alternate within each repetition, so a slow moment of
     // the machine falls on all of them alike.
-    let mut runs: [Vec<f64>; 15] = Default::default();
+    let mut runs: [Vec<f64>; 18] = Default::default();
     let all = STEP_PAYLOAD | STEP_REPLY | STEP_LOCK;
     for _ in 0..REPS {
         runs[0].push(pingpong(dev, module, iters));
@@ -289,8 +297,21 @@ fn null(dev: &CudaDevice, module: &Module) {
             iters,
             all | STEP_LOCK_ORDERED_RMW | STEP_ACQUIRE_LOAD,
         ));
+        // The payload on three lines instead of one (a one-lane call's
+        // header, frame word and argument), with the protocol's wait.
+        runs[15].push(pingpong_steps(
+            dev,
+            module,
+            iters,
+            STEP_PAYLOAD | STEP_SPREAD | STEP_ACQUIRE_LOAD,
+        ));
+        // The protocol's lock and wait, payload, no reply read (an inline
+        // reply): on one line, then on three.
+        let lock = STEP_LOCK | STEP_LOCK_ORDERED_RMW | STEP_ACQUIRE_LOAD | STEP_PAYLOAD;
+        runs[16].push(pingpong_steps(dev, module, iters, lock));
+        runs[17].push(pingpong_steps(dev, module, iters, lock | STEP_SPREAD));
     }
-    let [floor, one, one_incr, warp, warp_incr, payload, reply, lock, one_big, warp_same, lock_ordered, lock_bare, lock_test, payload_acq, all_acq] =
+    let [floor, one, one_incr, warp, warp_incr, payload, reply, lock, one_big, warp_same, lock_ordered, lock_bare, lock_test, payload_acq, all_acq, spread_acq, lock_acq, spread_lock] =
         runs.map(|mut v| spread(&mut v));
     println!("\n### 1. Null round trip (one port, one host server thread, {iters} calls, {REPS} launches each)\n");
     println!("| workload | µs per call, median [min, max] | × floor (medians) |");
@@ -322,6 +343,18 @@ fn null(dev: &CudaDevice, module: &Module) {
         (
             "  payload, reply, lock by acquiring/releasing RMWs, acquiring polls (the protocol's steps)",
             all_acq,
+        ),
+        (
+            "  payload of three words on three lines (a one-lane call's header, frame, argument), acquiring polls",
+            spread_acq,
+        ),
+        (
+            "  payload (one line), the protocol's lock and wait, no reply read (as a call with an inline reply)",
+            lock_acq,
+        ),
+        (
+            "    the same with the payload on three lines (a one-lane call's header, frame, argument)",
+            spread_lock,
         ),
         ("runtime no-op, 1 lane (reply inline)", one),
         ("generated `Bench::incr`, 1 lane (reply inline)", one_incr),
