@@ -527,43 +527,49 @@ fn host_side(svc: &Service, service: &str, rpc: &Ident, server: &Ident) -> Token
                 });
             }
             let idx = Literal::u32_unsuffixed(idx as u32);
-            match &a.kind {
+            // The argument's read in the plain arm; the parallel arm reads
+            // the same but for out-buffers (zeroed on the lane's thread).
+            let (read, par_read) = match &a.kind {
                 ArgKind::Value => {
                     let ty = &a.ty;
                     let off = sum(0, &sizes);
                     sizes.push(wire_size(ty));
-                    reads.push(quote_spanned!(ty.span()=> let #v = #call.arg_at::<#ty>(#lane, #off, #idx)?;));
                     pass.push(quote!(#v));
+                    let read = quote_spanned!(ty.span()=> let #v = #call.arg_at::<#ty>(#lane, #off, #idx)?;);
+                    (read.clone(), read)
                 }
                 ArgKind::Str => {
                     let i = usize_lit(i_in);
                     i_in += 1;
-                    reads.push(quote!(let #v = #call.str(#lane, #i, #idx)?;));
                     pass.push(quote!(#v));
+                    let read = quote!(let #v = #call.str(#lane, #i, #idx)?;);
+                    (read.clone(), read)
                 }
                 ArgKind::Slice(e) => {
                     let i = usize_lit(i_in);
                     i_in += 1;
-                    if is_u8(e) {
-                        reads.push(quote!(let #v = #call.bytes(#lane, #i, #idx)?;));
+                    let read = if is_u8(e) {
                         pass.push(quote!(#v));
+                        quote!(let #v = #call.bytes(#lane, #i, #idx)?;)
                     } else {
-                        reads.push(quote_spanned!(e.span()=> let #v = #call.slice::<#e>(#lane, #i, #idx)?;));
                         pass.push(quote!(&#v));
-                    }
+                        quote_spanned!(e.span()=> let #v = #call.slice::<#e>(#lane, #i, #idx)?;)
+                    };
+                    (read.clone(), read)
                 }
                 ArgKind::Out(e) => {
                     let j = usize_lit(i_out);
                     i_out += 1;
-                    reads.push(quote_spanned!(e.span()=> let mut #v = #call.out_buffer::<#e>(#lane, #j)?;));
-                    par_reads.push(quote_spanned!(e.span()=> let mut #v = #call.lane_out_buffer::<#e>(#lane, #j)?;));
                     pass.push(quote!(&mut #v));
                     stores.push(quote_spanned!(e.span()=> #call.set_out::<#e>(#lane, #j, &#v);));
+                    (
+                        quote_spanned!(e.span()=> let mut #v = #call.out_buffer::<#e>(#lane, #j)?;),
+                        quote_spanned!(e.span()=> let mut #v = #call.lane_out_buffer::<#e>(#lane, #j)?;),
+                    )
                 }
-            }
-            if !matches!(a.kind, ArgKind::Out(_)) {
-                par_reads.extend(reads.last().cloned());
-            }
+            };
+            reads.push(read);
+            par_reads.push(par_read);
         }
         let invoke = quote!(<#imp as #tr>::#method(&self.0, #(#pass),*));
         let run = match (&m.ret, m.is_async) {
