@@ -908,39 +908,6 @@ impl<'a, S: Side> Process<'a, S> {
         }
     }
 
-    /// Start loading the lines a server reads next from port `index`, whose
-    /// call it has just seen: the header, and the first 256 bytes of the
-    /// packet's first two word rows (frame words and arguments of up to 32
-    /// lanes). The device wrote them over the bus, so each is a miss to
-    /// memory; without this the header's miss and then the rows' (whose
-    /// loads wait for the header's mask) come one after the other, and
-    /// behind the lock's read-modify-write. A hint only: it loads nothing
-    /// the protocol uses, on x86-64 (elsewhere nothing).
-    #[inline(always)]
-    fn prefetch_call(&self, index: u32) {
-        #[cfg(all(target_arch = "x86_64", not(loom)))]
-        {
-            use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let lanes = self.layout.lane_size as usize;
-            let row_lines = (lanes * 8).div_ceil(64).min(4);
-            // SAFETY: a prefetch never faults and changes no memory; the
-            // addresses are inside the region anyway (the header of port
-            // `index < port_count`, and the first `row_lines` lines of rows
-            // 0 and 1 of its packet, `lane_size * 8` bytes each).
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(self.header.add(index as usize).cast());
-                let packet = self.packet.add(index as usize * lanes).cast::<i8>();
-                for row in 0..2 {
-                    for line in 0..row_lines {
-                        _mm_prefetch::<_MM_HINT_T0>(packet.add(row * lanes * 8 + line * 64));
-                    }
-                }
-            }
-        }
-        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
-        let _ = index;
-    }
-
     /// Word `w` of lane `lane`'s buffer of port `index` (this side owns it).
     #[cfg(loom)]
     #[inline(always)]
@@ -1340,11 +1307,7 @@ impl<'a> Server<'a> {
     pub fn try_open(&self, range: core::ops::Range<u32>) -> Option<Port<'_, 'a, ServerSide, Fresh>> {
         let end = range.end.min(self.p.layout.port_count);
         for index in range.start..end {
-            if !self.pending(index) {
-                continue;
-            }
-            self.p.prefetch_call(index);
-            if self.p.try_lock(1, index, true).is_none() {
+            if !self.pending(index) || self.p.try_lock(1, index, true).is_none() {
                 continue;
             }
             let outbox = self.p.load_outbox(1, index);
