@@ -1576,7 +1576,8 @@ impl EarlyWrites for Queue<'_> {
         if let Some(e) = failed {
             return Err(e);
         }
-        // Relaxed: read after the work that counts is over (joined threads or an ended launch).
+        // Relaxed: a count of the `fill` methods that have run, noted as
+        // it stands (the test compares it with the lanes it expects early).
         let fills = self.0.host.fills.load(Ordering::Relaxed);
         self.0.sent.lock().unwrap().push((at, bytes.len(), fills));
         Ok(())

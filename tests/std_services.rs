@@ -63,7 +63,7 @@ impl TempPath {
         let name = format!(
             "gpu_rpc_std_services_{}_{}_{tag}",
             std::process::id(),
-            // Relaxed: a tally; it is read after the threads that add to it are joined.
+            // Relaxed: only each caller's own value matters (the RMW gives it).
             N.fetch_add(1, Ordering::Relaxed)
         );
         TempPath(std::env::temp_dir().join(name))

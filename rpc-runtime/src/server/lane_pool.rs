@@ -343,7 +343,7 @@ mod tests {
                     }
                 });
                 assert!(
-                    // Relaxed: read after the work that counts is over (joined threads or an ended launch).
+                    // Relaxed: read after the scope, which orders the tasks' adds.
                     runs.iter().all(|r| r.load(Ordering::Relaxed) == 1),
                     "{helpers} helpers, {n} tasks"
                 );
