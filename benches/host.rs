@@ -32,6 +32,10 @@
 //!   an out-buffer by address from a `#[gpu_rpc(parallel)]` method that
 //!   fills it, in memory the server is lent (as on a GPU); GB/s per call
 //!   with the lanes on 1, 2 and 4 threads (`ServerConfig::lane_threads`).
+//! * **large file writes**: the standard services' host writes 32 MiB
+//!   `write_fd`s into a new file in the temp directory, with blocks
+//!   reserved first (`StdHostConfig::preallocate_min`) and without; the
+//!   host's side of a kernel writing a big file through `gpu-run`.
 //!
 //! Every reply is checked (status and value); a wrong one aborts the bench.
 
@@ -517,6 +521,30 @@ fn main() {
             );
         }
     }
+    if only.is_none() {
+        let calls = if quick { 4 } else { 32 };
+        let dir = std::env::temp_dir();
+        println!(
+            "\nLarge file writes: the standard services' host writing {calls} × 32 MiB with `write_fd` into one \
+             new file in {} (what `gpu-run`'s host does for a kernel's big writes), reserving blocks first \
+             (`preallocate_min`, default 1 MiB) or not, alternated over 3 rounds, GB/s\n",
+            dir.display()
+        );
+        println!("| blocks reserved first | GB/s, median [min, max] |");
+        println!("|---|---:|");
+        let (mut on, mut off) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            off.push(file_writes(&dir, false, calls));
+            on.push(file_writes(&dir, true, calls));
+        }
+        for (name, v) in [
+            ("yes (the default)", &mut on),
+            ("no (`preallocate_min(u64::MAX)`)", &mut off),
+        ] {
+            let (m, lo, hi) = stats(v);
+            println!("| {name} | {m:.2} [{lo:.2}, {hi:.2}] |");
+        }
+    }
     let calls = if quick { 20_000 } else { 400_000 };
     println!("\nThreaded: a device thread keeps the ports busy, one server thread, {calls} warp-calls of 32 lanes\n");
     println!("| workload | ports | M warp-calls/s | ns per warp-call |");
@@ -541,4 +569,34 @@ fn main() {
             1e9 / m
         );
     }
+}
+
+/// GB/s of `calls` writes of 32 MiB through a `StdHost`'s `write_fd` into a
+/// new file in `dir`, with blocks reserved first (`reserve`) or not. The
+/// file's size and a byte of each write are checked, then it is removed.
+fn file_writes(dir: &std::path::Path, reserve: bool, calls: usize) -> f64 {
+    use gpu_rpc::services::{flags, ExitMode, Std, StdHost, StdHostConfig};
+    const CHUNK: usize = 32 << 20;
+    let config = StdHostConfig::default()
+        .exit_mode(ExitMode::Record)
+        .allow_write(dir)
+        .preallocate_min(if reserve { 1 << 20 } else { u64::MAX });
+    let host = StdHost::new(config);
+    let path = dir.join(format!("gpu-rpc-bench-writes-{}.bin", std::process::id()));
+    let name = path.to_str().expect("a UTF-8 temp path");
+    let data: Vec<u8> = (0..CHUNK).map(|i| (i % 251) as u8).collect();
+    let fd = host
+        .open(name, flags::WRITE | flags::CREATE | flags::TRUNCATE)
+        .expect("open the bench file");
+    let t = Instant::now();
+    for _ in 0..calls {
+        assert_eq!(host.write_fd(fd, &data), Ok(CHUNK as u64), "write_fd");
+    }
+    let secs = t.elapsed().as_secs_f64();
+    host.close(fd).expect("close");
+    let written = std::fs::read(&path).expect("read the bench file back");
+    assert_eq!(written.len(), calls * CHUNK, "the file's size");
+    assert!(written.chunks(CHUNK).all(|c| c[..] == data[..]), "the file's bytes");
+    std::fs::remove_file(&path).expect("remove the bench file");
+    (calls * CHUNK) as f64 / secs / 1e9
 }

@@ -142,6 +142,8 @@ mod format;
 mod host;
 mod io;
 mod panic;
+#[cfg(feature = "std")]
+mod preallocate;
 mod print;
 #[cfg(feature = "std")]
 mod sandbox;

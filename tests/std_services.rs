@@ -459,6 +459,38 @@ fn file_round_trip() {
     assert_eq!(host.open_files(), 0);
 }
 
+/// Writes of at least `preallocate_min` bytes (here 4 KiB, so the test
+/// stays small) reserve the file's blocks first: every byte arrives, the
+/// size is exactly what was written (the reservation keeps it), and an
+/// append-only file is written as before.
+#[test]
+fn large_writes_reserve_blocks_and_keep_every_byte() {
+    let (d, host, _, _) = setup(
+        StdHostConfig::default()
+            .allow_write(std::env::temp_dir())
+            .preallocate_min(4096),
+    );
+    let tmp = TempPath::new("reserved");
+    let path = tmp.as_str();
+    let content: Vec<u8> = (0..3 * 65536 + 17u32).map(|i| (i * 7 % 253) as u8).collect();
+    run_std(&d, 1, |_| {
+        let fd = services::open(path, flags::WRITE | flags::CREATE | flags::TRUNCATE).unwrap();
+        // Odd sizes above and below the minimum, in order.
+        for part in [&content[..70001], &content[70001..70100], &content[70100..]] {
+            assert_eq!(services::write_fd(fd, part), Ok(part.len()));
+        }
+        services::close(fd).unwrap();
+        let fd = services::open(path, flags::APPEND).unwrap();
+        assert_eq!(services::write_fd(fd, &[9u8; 5000]), Ok(5000));
+        services::close(fd).unwrap();
+    });
+    let on_disk = std::fs::read(&tmp.0).unwrap();
+    assert_eq!(on_disk.len(), content.len() + 5000, "the size is what was written");
+    assert_eq!(&on_disk[..content.len()], &content[..]);
+    assert!(on_disk[content.len()..].iter().all(|&b| b == 9));
+    assert_eq!(host.open_files(), 0);
+}
+
 #[test]
 fn files_from_many_threads() {
     let (d, host, _, _) = setup(StdHostConfig::default().allow_write(std::env::temp_dir()));
