@@ -617,7 +617,7 @@ impl Std for StdHost {
             FileAccess::ReadOnly if write => return Err(IoError::EACCES),
             _ => {}
         }
-        let file = self.inner.sandbox.open(
+        let opened = self.inner.sandbox.open(
             path,
             Access {
                 read,
@@ -629,8 +629,8 @@ impl Std for StdHost {
             },
         )?;
         let open = Arc::new(OpenFile {
-            preallocate: Preallocate::for_file(&file, write, append),
-            file: Mutex::new(file),
+            preallocate: Preallocate::for_file(opened.fs_type, write, append),
+            file: Mutex::new(opened.file),
             readable: read,
             writable: write,
         });

@@ -25,11 +25,14 @@ pub(super) struct Preallocate {
 }
 
 impl Preallocate {
-    /// The policy for `file`, opened for writing (`writable`) and maybe to
-    /// append.
-    pub(super) fn for_file(file: &File, writable: bool, append: bool) -> Self {
+    /// The policy for a file opened for writing (`writable`) and maybe to
+    /// append, on the file system of type `fs_type` (`fstatfs`'s `f_type`,
+    /// as the sandbox read it when it opened the file).
+    pub(super) fn for_file(fs_type: u64, writable: bool, append: bool) -> Self {
+        /// `TMPFS_MAGIC` (`linux/magic.h`).
+        const TMPFS: u64 = 0x0102_1994;
         Preallocate {
-            on: AtomicBool::new(writable && !append && supported(file)),
+            on: AtomicBool::new(cfg!(target_os = "linux") && writable && !append && fs_type != TMPFS),
         }
     }
 
@@ -47,19 +50,6 @@ impl Preallocate {
             self.on.store(false, Ordering::Relaxed);
         }
     }
-}
-
-/// Whether `file`'s file system is worth reserving blocks on.
-#[cfg(target_os = "linux")]
-fn supported(file: &File) -> bool {
-    /// `TMPFS_MAGIC` (`linux/magic.h`).
-    const TMPFS: u64 = 0x0102_1994;
-    rustix::fs::fstatfs(file).is_ok_and(|fs| fs.f_type as u64 != TMPFS)
-}
-
-#[cfg(not(target_os = "linux"))]
-fn supported(_file: &File) -> bool {
-    false
 }
 
 /// Reserve `len` bytes at `file`'s offset, keeping its size. `false` when
@@ -90,6 +80,11 @@ mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
 
+    /// The type of `file`'s file system, as the sandbox reads it.
+    fn fs_type(file: &File) -> u64 {
+        rustix::fs::fstatfs(file).unwrap().f_type as u64
+    }
+
     /// A reservation keeps the size and allocates the blocks, where the
     /// temp directory's file system reserves (ext4, xfs, btrfs do; CI's
     /// is ext4). A write then fills the file to exactly what was written.
@@ -103,7 +98,7 @@ mod tests {
             .write(true)
             .open(&path)
             .unwrap();
-        let p = Preallocate::for_file(&file, true, false);
+        let p = Preallocate::for_file(fs_type(&file), true, false);
         // Relaxed: read by this thread only.
         if !p.on.load(Ordering::Relaxed) {
             eprintln!("skipped: the temp directory's file system (tmpfs or not Linux) is not reserved on");
@@ -136,8 +131,9 @@ mod tests {
         let path = std::env::temp_dir().join(format!("gpu-rpc-prealloc-ro-{}", std::process::id()));
         let file = File::create(&path).unwrap();
         // Relaxed: read by this thread only.
-        assert!(!Preallocate::for_file(&file, true, true).on.load(Ordering::Relaxed));
-        assert!(!Preallocate::for_file(&file, false, false).on.load(Ordering::Relaxed));
+        let fs = fs_type(&file);
+        assert!(!Preallocate::for_file(fs, true, true).on.load(Ordering::Relaxed));
+        assert!(!Preallocate::for_file(fs, false, false).on.load(Ordering::Relaxed));
         std::fs::remove_file(&path).unwrap();
     }
 }

@@ -54,6 +54,15 @@ pub(crate) struct Access {
     pub truncate: bool,
 }
 
+/// A file the sandbox opened, with the type of the file system it lies on
+/// (`fstatfs`'s `f_type`, which the sandbox reads anyway), so that callers
+/// need not ask again.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    pub file: File,
+    pub fs_type: u64,
+}
+
 /// The directories a `StdHost` serves files from; see the module notes.
 #[derive(Debug)]
 pub(crate) struct Sandbox {
@@ -105,7 +114,7 @@ impl Sandbox {
 
     /// Open the device's `path` beneath the first directory that contains it
     /// and allows `access`.
-    pub(crate) fn open(&self, path: &str, access: Access) -> Result<File, IoError> {
+    pub(crate) fn open(&self, path: &str, access: Access) -> Result<Opened, IoError> {
         if path.is_empty() || path.contains('\0') {
             return Err(IoError::EINVAL);
         }
@@ -136,7 +145,7 @@ impl Root {
         Ok(Root { path, fd, writable })
     }
 
-    fn open(&self, rel: &Path, a: Access) -> Result<File, IoError> {
+    fn open(&self, rel: &Path, a: Access) -> Result<Opened, IoError> {
         use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
         let mut flags = OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
         flags |= match (a.read, a.write || a.append) {
@@ -187,10 +196,14 @@ impl Root {
             _ => return Err(IoError::EACCES),
         }
         let fs = rustix::fs::fstatfs(&fd).map_err(|e| IoError::new(e.raw_os_error()))?;
-        if KERNEL_FILE_SYSTEMS.contains(&(fs.f_type as u64)) {
+        let fs_type = fs.f_type as u64;
+        if KERNEL_FILE_SYSTEMS.contains(&fs_type) {
             return Err(IoError::EACCES);
         }
-        Ok(File::from(fd))
+        Ok(Opened {
+            file: File::from(fd),
+            fs_type,
+        })
     }
 }
 
@@ -203,7 +216,7 @@ impl Root {
         })
     }
 
-    fn open(&self, _rel: &Path, _a: Access) -> Result<File, IoError> {
+    fn open(&self, _rel: &Path, _a: Access) -> Result<Opened, IoError> {
         // No `openat2`: opens cannot be confined, so none is allowed.
         Err(IoError::EACCES)
     }
