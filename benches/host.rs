@@ -6,9 +6,10 @@
 //! `cargo bench --bench host` (a plain bench binary: it prints Markdown
 //! tables; `-- --quick` runs fewer calls, `-- --only TEXT` only the rows
 //! whose workload names `TEXT`, e.g. for `perf record`, `-- --lanes N` only
-//! the batch rows of N lanes, `-- --batch` only
-//! the batch rows, e.g. to count instructions under `valgrind --tool=callgrind`,
-//! where the threaded rows' spinning threads would take hours). Two modes:
+//! the batch rows of N lanes, `-- --file-writes` only the large file
+//! writes, `-- --batch` only the batch rows, e.g. to count instructions
+//! under `valgrind --tool=callgrind`, where the threaded rows' spinning
+//! threads would take hours). Two modes:
 //!
 //! * **batch**: the device fills every port with a call, then one
 //!   `Dispatcher::poll` over the ports serves them all; the time of the poll
@@ -439,6 +440,12 @@ fn main() {
     // `--lanes N`: only the batch rows of N lanes (e.g. to count one row's
     // instructions under callgrind).
     let lanes_only: Option<u32> = value_of("--lanes").and_then(|n| n.parse().ok());
+    // `--file-writes`: only the large file writes (the file system's side of
+    // `gpu-run`'s 1 GiB step).
+    if args.iter().any(|a| a == "--file-writes") {
+        large_file_writes(quick);
+        return;
+    }
     let reps = if quick { 20 } else { 400 };
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     println!("Host cost per warp-call, synthetic device, {cores} cores, {reps} polls per row\n");
@@ -522,28 +529,7 @@ fn main() {
         }
     }
     if only.is_none() {
-        let calls = if quick { 4 } else { 32 };
-        let dir = std::env::temp_dir();
-        println!(
-            "\nLarge file writes: the standard services' host writing {calls} × 32 MiB with `write_fd` into one \
-             new file in {} (what `gpu-run`'s host does for a kernel's big writes), reserving blocks first \
-             (`preallocate_min`, default 1 MiB) or not, alternated over 3 rounds, GB/s\n",
-            dir.display()
-        );
-        println!("| blocks reserved first | GB/s, median [min, max] |");
-        println!("|---|---:|");
-        let (mut on, mut off) = (Vec::new(), Vec::new());
-        for _ in 0..3 {
-            off.push(file_writes(&dir, false, calls));
-            on.push(file_writes(&dir, true, calls));
-        }
-        for (name, v) in [
-            ("yes (the default)", &mut on),
-            ("no (`preallocate_min(u64::MAX)`)", &mut off),
-        ] {
-            let (m, lo, hi) = stats(v);
-            println!("| {name} | {m:.2} [{lo:.2}, {hi:.2}] |");
-        }
+        large_file_writes(quick);
     }
     let calls = if quick { 20_000 } else { 400_000 };
     println!("\nThreaded: a device thread keeps the ports busy, one server thread, {calls} warp-calls of 32 lanes\n");
@@ -571,12 +557,45 @@ fn main() {
     }
 }
 
-/// GB/s of `calls` writes of 32 MiB through a `StdHost`'s `write_fd` into a
-/// new file in `dir`, with blocks reserved first (`reserve`) or not. The
-/// file's size and a byte of each write are checked, then it is removed.
-fn file_writes(dir: &std::path::Path, reserve: bool, calls: usize) -> f64 {
+/// The "Large file writes" table: 1 GiB (128 MiB with `quick`) through a
+/// `StdHost`'s `write_fd`, in calls of 32 MiB and 1 MiB, blocks reserved
+/// first or not.
+fn large_file_writes(quick: bool) {
+    let bytes: usize = if quick { 128 << 20 } else { 1 << 30 };
+    let dir = std::env::temp_dir();
+    println!(
+        "\nLarge file writes: the standard services' host writing {} MiB with `write_fd` into one new file in \
+         {} (what `gpu-run`'s host does for a kernel's big writes), in calls of 32 MiB and of 1 MiB (`gpu-run`'s \
+         1 GiB step: a warp of 1 MiB slices), reserving blocks first (`preallocate_min`, default 1 MiB) or not, \
+         alternated over 3 rounds, GB/s\n",
+        bytes >> 20,
+        dir.display()
+    );
+    println!("| bytes per call | blocks reserved first | GB/s, median [min, max] |");
+    println!("|---:|---|---:|");
+    let shapes = [(32 << 20, true), (32 << 20, false), (1 << 20, true), (1 << 20, false)];
+    let mut rates = [(); 4].map(|()| Vec::new());
+    for _ in 0..3 {
+        for (&(chunk, reserve), r) in shapes.iter().zip(&mut rates) {
+            r.push(file_writes(&dir, reserve, chunk, bytes / chunk));
+        }
+    }
+    for (&(chunk, reserve), r) in shapes.iter().zip(&mut rates) {
+        let (m, lo, hi) = stats(r);
+        let how = if reserve {
+            "yes (the default)"
+        } else {
+            "no (`preallocate_min(u64::MAX)`)"
+        };
+        println!("| {} MiB | {how} | {m:.2} [{lo:.2}, {hi:.2}] |", chunk >> 20);
+    }
+}
+
+/// GB/s of `calls` writes of `chunk` bytes through a `StdHost`'s `write_fd`
+/// into a new file in `dir`, with blocks reserved first (`reserve`) or not.
+/// The file's size and bytes are checked, then it is removed.
+fn file_writes(dir: &std::path::Path, reserve: bool, chunk: usize, calls: usize) -> f64 {
     use gpu_rpc::services::{flags, ExitMode, Std, StdHost, StdHostConfig};
-    const CHUNK: usize = 32 << 20;
     let config = StdHostConfig::default()
         .exit_mode(ExitMode::Record)
         .allow_write(dir)
@@ -584,19 +603,19 @@ fn file_writes(dir: &std::path::Path, reserve: bool, calls: usize) -> f64 {
     let host = StdHost::new(config);
     let path = dir.join(format!("gpu-rpc-bench-writes-{}.bin", std::process::id()));
     let name = path.to_str().expect("a UTF-8 temp path");
-    let data: Vec<u8> = (0..CHUNK).map(|i| (i % 251) as u8).collect();
+    let data: Vec<u8> = (0..chunk).map(|i| (i % 251) as u8).collect();
     let fd = host
         .open(name, flags::WRITE | flags::CREATE | flags::TRUNCATE)
         .expect("open the bench file");
     let t = Instant::now();
     for _ in 0..calls {
-        assert_eq!(host.write_fd(fd, &data), Ok(CHUNK as u64), "write_fd");
+        assert_eq!(host.write_fd(fd, &data), Ok(chunk as u64), "write_fd");
     }
     let secs = t.elapsed().as_secs_f64();
     host.close(fd).expect("close");
     let written = std::fs::read(&path).expect("read the bench file back");
-    assert_eq!(written.len(), calls * CHUNK, "the file's size");
-    assert!(written.chunks(CHUNK).all(|c| c[..] == data[..]), "the file's bytes");
+    assert_eq!(written.len(), calls * chunk, "the file's size");
+    assert!(written.chunks(chunk).all(|c| c[..] == data[..]), "the file's bytes");
     std::fs::remove_file(&path).expect("remove the bench file");
-    (calls * CHUNK) as f64 / secs / 1e9
+    (calls * chunk) as f64 / secs / 1e9
 }
