@@ -18,6 +18,21 @@ for b in gpu_check gpu_conform hello_gpu cudarc_interop cpp_nvrtc gpu_bench gpu-
 done
 cp "$(ls -t target/release/build/gpu-examples-*/out/kernels.ptx | head -1)" "$out/kernels.ptx"
 cp examples/gpu/cuda/printf_baseline.cu "$out/"
+# The same kernels as a cubin and a fatbin for sm_90 (H100/H200), where ptxas
+# is here (PTXAS, or pip's nvidia-cuda-nvcc): gpu-check.sh runs gpu-run on
+# them, images the driver loads without its JIT compile (ptxas takes about
+# 40 s on this PTX).
+ptxas=${PTXAS:-$(python3 -c 'import nvidia, os
+for d in nvidia.__path__:
+    p = os.path.join(d, "cu13", "bin", "ptxas")
+    if os.path.isfile(p): print(p); break' 2>/dev/null || true)}
+if [ -n "$ptxas" ] && [ -x "$ptxas" ]; then
+  "$ptxas" -arch=sm_90 -o "$out/kernels.cubin" "$out/kernels.ptx"
+  "$(dirname "$ptxas")/fatbinary" -64 --create="$out/kernels.fatbin" --image3=kind=elf,sm=90,file="$out/kernels.cubin" ||
+    rm -f "$out/kernels.fatbin"
+else
+  echo "no ptxas (pip install nvidia-cuda-nvcc, or set PTXAS): no kernels.cubin, gpu-check.sh skips its cubin steps"
+fi
 # The CUDA backend's GPU tests, as standalone executables.
 cargo test --release -p rpc-runtime --features cuda --no-run --message-format=json 2>/dev/null |
   python3 -c 'import json,sys
@@ -38,6 +53,6 @@ for l in sys.stdin:
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="host":
         print(m["executable"])' |
   while read -r exe; do cp "$exe" "$out/host-bench"; done
-for f in "$out"/*; do case "$f" in *.ptx|*.cu|*.sh) ;; *) strip --strip-debug "$f" ;; esac; done
+for f in "$out"/*; do case "$f" in *.ptx|*.cu|*.sh|*.cubin|*.fatbin) ;; *) strip --strip-debug "$f" ;; esac; done
 cp scripts/gpu-check.sh "$out/"
 ls -la "$out"

@@ -42,6 +42,29 @@ expect 0 "$dir/cpp_nvrtc"
 if [ -x "$dir/gpu-run" ]; then
   step "gpu-run on gpu_main (prints, exits with 3)"
   expect 3 "$dir/gpu-run" --threads 32 --blocks 2 "$dir/kernels.ptx" first "second arg"
+  step "gpu-run on a cubin and on a fatbin of the same kernels (sm_90, made by gpu-build.sh's ptxas: no JIT compile at load; expects 3)"
+  if [ -f "$dir/kernels.cubin" ]; then
+    TIMEFORMAT="gpu-run took %R s (user %U s)"
+    time expect 3 "$dir/gpu-run" --threads 32 "$dir/kernels.cubin" cubin
+    if [ -f "$dir/kernels.fatbin" ]; then
+      time expect 3 "$dir/gpu-run" --threads 32 "$dir/kernels.fatbin" fatbin
+    else
+      echo "skipped: no kernels.fatbin (gpu-build.sh's fatbinary failed)"
+    fi
+    # A kernel name the image lacks: the error lists the image's entries
+    # (the cubin's symbol table; for the fatbin, the driver's list).
+    for image in kernels.cubin kernels.fatbin; do
+      [ -f "$dir/$image" ] || continue
+      expect 1 "$dir/gpu-run" --kernel no_such_kernel "$dir/$image" 2> /tmp/gpu-run-entries.txt
+      if grep -q "not found in module (its entry points: .*gpu_main" /tmp/gpu-run-entries.txt; then
+        echo "$image: $(cut -c1-150 /tmp/gpu-run-entries.txt)..."
+      else
+        echo "FAIL: $image: the error does not list gpu_main among the entries:"; cat /tmp/gpu-run-entries.txt; fail=1
+      fi
+    done
+  else
+    echo "skipped: no kernels.cubin (gpu-build.sh found no ptxas)"
+  fi
   step "gpu-run with 1024-thread blocks, 132 of them (every SM of an H100/H200; expects 3)"
   quiet() { "$@" > /tmp/gpu-run-1024.txt; }
   expect 3 quiet "$dir/gpu-run" --threads 1024 --blocks 132 "$dir/kernels.ptx"

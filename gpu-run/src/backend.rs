@@ -60,10 +60,10 @@ fn ports(warps: u64, port_count: u32) -> u32 {
     warps.min(port_count as u64).clamp(1, 65536) as u32
 }
 
-/// CUDA: the image is PTX text.
-pub(crate) struct Ptx<'a>(pub(crate) &'a str);
+/// CUDA: the image is PTX text, a cubin or a fatbin.
+pub(crate) struct Cuda<'a>(pub(crate) &'a [u8]);
 
-impl Backend for Ptx<'_> {
+impl Backend for Cuda<'_> {
     type Error = gpu_rpc::cuda::CudaError;
     type Device = gpu_rpc::cuda::CudaDevice;
     type Module = gpu_rpc::cuda::Module;
@@ -82,7 +82,7 @@ impl Backend for Ptx<'_> {
         gpu_rpc::cuda::CudaDevice::new(ordinal)
     }
     fn load(&self, device: &Self::Device) -> Result<Self::Module, Self::Error> {
-        gpu_rpc::cuda::Module::from_ptx(device, self.0)
+        gpu_rpc::cuda::Module::from_image(device, self.0)
     }
     fn kernel<'m>(module: &'m Self::Module, name: &str) -> Result<Self::Kernel<'m>, Self::Error>
     where

@@ -3,10 +3,11 @@
 //! time) while it runs, and exit with the kernel's exit code.
 //!
 //! ```text
-//! gpu-run [--threads X[,Y,Z]] [--blocks X[,Y,Z]] [--kernel gpu_main] [--device N] image.ptx [ARGS...]
+//! gpu-run [--threads X[,Y,Z]] [--blocks X[,Y,Z]] [--kernel gpu_main] [--device N] IMAGE [ARGS...]
 //! ```
 //!
-//! The entry kernel has the signature
+//! `IMAGE` is PTX text, a cubin or a fatbin (NVIDIA) or an AMDGPU code
+//! object (AMD). The entry kernel has the signature
 //! `extern "ptx-kernel" fn gpu_main(desc: ClientDesc, argc: u32, argv: u64)`:
 //! `argv` is a device pointer to `argc` device pointers to NUL-terminated
 //! strings (the image path first, then `ARGS`), readable with
@@ -97,8 +98,9 @@ struct Cli {
     /// `table` (the default with a bare `--stats`) or one `json` line.
     #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "table", value_name = "FORMAT")]
     stats: Option<Stats>,
-    /// The kernel image: PTX text (NVIDIA) or an AMDGPU code object (AMD, via
-    /// ROCm's HSA runtime).
+    /// The kernel image: PTX text, a cubin or a fatbin (NVIDIA; a cubin for
+    /// the GPU's architecture loads without the driver's JIT compile) or an
+    /// AMDGPU code object (AMD, via ROCm's HSA runtime).
     image: PathBuf,
     /// Arguments passed to the kernel after the image path.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -202,24 +204,28 @@ fn parse_dims(s: &str) -> Result<(u32, u32, u32), String> {
 /// What kind of image a file holds.
 #[derive(Debug, PartialEq, Eq)]
 enum ImageKind {
-    Ptx,
+    /// PTX text, a cubin or a fatbin (NVIDIA, the CUDA backend).
+    Cuda,
     AmdgpuCodeObject,
 }
 
-/// Recognise the image from its first bytes.
+/// Recognise the image from its first bytes: an ELF file by its machine
+/// (`EM_AMDGPU` for AMD, `EM_CUDA` a cubin), a fatbin by its magic word,
+/// else PTX text.
 fn image_kind(bytes: &[u8]) -> Result<ImageKind, String> {
-    if bytes.starts_with(b"\x7fELF") {
-        // e_machine at offset 18: 224 is EM_AMDGPU.
-        if bytes.len() > 19 && u16::from_le_bytes([bytes[18], bytes[19]]) == 224 {
-            return Ok(ImageKind::AmdgpuCodeObject);
-        }
-        return Err("an ELF file that is not an AMDGPU code object (e_machine is not EM_AMDGPU)".into());
+    // e_machine at offset 18: 224 is EM_AMDGPU.
+    if bytes.starts_with(b"\x7fELF") && bytes.len() > 19 && u16::from_le_bytes([bytes[18], bytes[19]]) == 224 {
+        return Ok(ImageKind::AmdgpuCodeObject);
     }
-    let text = std::str::from_utf8(bytes).map_err(|_| "neither PTX text nor an ELF code object".to_string())?;
-    if text.lines().map(str::trim).any(|l| l.starts_with(".version")) && text.contains(".target") {
-        Ok(ImageKind::Ptx)
-    } else {
-        Err("not PTX (no `.version`/`.target` directives) and not an ELF code object".into())
+    match gpu_rpc::cuda::Image::recognize(bytes) {
+        Ok(_) => Ok(ImageKind::Cuda),
+        Err(_) if bytes.starts_with(b"\x7fELF") => {
+            Err("an ELF file that is neither an AMDGPU code object (EM_AMDGPU) nor a cubin (EM_CUDA)".into())
+        }
+        Err(_) if std::str::from_utf8(bytes).is_err() => {
+            Err("neither PTX text, a cubin, a fatbin nor an AMDGPU code object".into())
+        }
+        Err(_) => Err("not PTX (no `.version` directive first) and not a cubin, fatbin or ELF code object".into()),
     }
 }
 
@@ -245,7 +251,7 @@ fn run(cli: &Cli, config: StdHostConfig) -> Result<u8, String> {
     let bytes = std::fs::read(&cli.image).map_err(|e| format!("cannot read `{}`: {e}", cli.image.display()))?;
     let kind = image_kind(&bytes).map_err(|e| format!("`{}` is {e}", cli.image.display()))?;
     match kind {
-        ImageKind::Ptx => run_on(&backend::Ptx(&String::from_utf8_lossy(&bytes)), cli, config),
+        ImageKind::Cuda => run_on(&backend::Cuda(&bytes), cli, config),
         ImageKind::AmdgpuCodeObject => {
             let code = gpu_rpc::hsa::CodeObject::from_bytes(bytes).map_err(|e| e.to_string())?;
             run_on(&backend::CodeObject(code), cli, config)
@@ -412,14 +418,18 @@ mod tests {
 
     #[test]
     fn images_are_recognised() {
-        assert_eq!(image_kind(b"//\n.version 8.0\n.target sm_90\n"), Ok(ImageKind::Ptx));
+        assert_eq!(image_kind(b"//\n.version 8.0\n.target sm_90\n"), Ok(ImageKind::Cuda));
         let mut elf = vec![0u8; 64];
         elf[..4].copy_from_slice(b"\x7fELF");
         elf[18] = 224;
         assert_eq!(image_kind(&elf), Ok(ImageKind::AmdgpuCodeObject));
+        elf[18] = 190; // EM_CUDA: a cubin
+        assert_eq!(image_kind(&elf), Ok(ImageKind::Cuda));
         elf[18] = 62;
-        assert!(image_kind(&elf).unwrap_err().contains("not an AMDGPU"));
+        assert!(image_kind(&elf).unwrap_err().contains("neither an AMDGPU code object"));
+        let fatbin = [0x50, 0xED, 0x55, 0xBA, 1, 0, 0x10, 0];
+        assert_eq!(image_kind(&fatbin), Ok(ImageKind::Cuda));
         assert!(image_kind(b"hello").unwrap_err().contains("not PTX"));
-        assert!(image_kind(&[0xff, 0xfe]).is_err());
+        assert!(image_kind(&[0xff, 0xfe]).unwrap_err().contains("neither PTX text"));
     }
 }

@@ -219,15 +219,29 @@ pub fn find_ptxas() -> Option<PathBuf> {
 /// ```
 pub fn measure(ptxas: &Path, ptx: &Path, sm: u32) -> Result<Vec<KernelFootprint>, BuildError> {
     let cubin = std::env::temp_dir().join(format!("rpc-build-footprint-{}.cubin", std::process::id()));
+    let measured = measure_into(ptxas, ptx, sm, &cubin);
+    let _ = std::fs::remove_file(&cubin);
+    measured
+}
+
+/// [`measure`], keeping the cubin ptxas assembled at `cubin` (a kernel
+/// image that loads without the driver's JIT compile, e.g. for `gpu-run`).
+///
+/// ```no_run
+/// let ptxas = rpc_build::footprint::find_ptxas().expect("pip install nvidia-cuda-nvcc");
+/// let (ptx, cubin) = (std::path::Path::new("kernels.ptx"), std::path::Path::new("kernels.cubin"));
+/// let kernels = rpc_build::footprint::measure_into(&ptxas, ptx, 90, cubin).unwrap();
+/// println!("{} kernels in {}", kernels.len(), cubin.display());
+/// ```
+pub fn measure_into(ptxas: &Path, ptx: &Path, sm: u32, cubin: &Path) -> Result<Vec<KernelFootprint>, BuildError> {
     let out = Command::new(ptxas)
         .arg(format!("-arch=sm_{sm}"))
         .arg("-v")
         .arg(ptx)
         .arg("-o")
-        .arg(&cubin)
+        .arg(cubin)
         .output()
         .map_err(|e| BuildError::io(format!("running {}", ptxas.display()), e))?;
-    let _ = std::fs::remove_file(&cubin);
     let text = String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         return Err(BuildError::io(

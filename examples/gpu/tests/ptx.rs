@@ -197,7 +197,7 @@ const WITH_PRINT: [(&str, &str); 2] = [
 
 #[test]
 fn example_kernels_fit_the_register_budget() {
-    use rpc_build::footprint::{find_ptxas, measure};
+    use rpc_build::footprint::{find_ptxas, measure_into};
     let Some(text) = ptx() else { return };
     let Some(ptxas) = find_ptxas() else {
         // CI installs it (`pip install nvidia-cuda-nvcc`) and sets this.
@@ -210,8 +210,28 @@ fn example_kernels_fit_the_register_budget() {
     };
     let file = std::env::temp_dir().join(format!("gpu-examples-footprint-{}.ptx", std::process::id()));
     std::fs::write(&file, text).unwrap();
-    let kernels = measure(&ptxas, &file, 90).unwrap_or_else(|e| panic!("{e}"));
+    let cubin_file = file.with_extension("cubin");
+    let kernels = measure_into(&ptxas, &file, 90, &cubin_file).unwrap_or_else(|e| panic!("{e}"));
     let _ = std::fs::remove_file(&file);
+    // The cubin ptxas made (what `gpu-run kernels.cubin` loads without a
+    // JIT compile) is recognised as one, and declares the PTX's entries.
+    let cubin = std::fs::read(&cubin_file).unwrap();
+    let _ = std::fs::remove_file(&cubin_file);
+    let image = gpu_rpc::cuda::Image::recognize(&cubin).unwrap_or_else(|e| panic!("the cubin: {e}"));
+    assert_eq!(image.kind(), "cubin");
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    let ptx_entries = gpu_rpc::cuda::Image::recognize(text.as_bytes())
+        .unwrap()
+        .entries()
+        .unwrap();
+    assert!(ptx_entries.len() >= 20, "{ptx_entries:?}");
+    assert_eq!(
+        sorted(image.entries().expect("the cubin's symbol table")),
+        sorted(ptx_entries)
+    );
     let mut table = format!("ptxas {} -arch=sm_90 on the example kernels:\n", ptxas.display());
     for k in &kernels {
         table.push_str(&format!("  {k}\n"));

@@ -50,8 +50,10 @@ pub enum CudaError {
         /// Why.
         reason: String,
     },
-    /// The text handed to [`Module::from_ptx`](super::Module::from_ptx) is not PTX (checked before it
-    /// reaches the driver).
+    /// The text handed to [`Module::from_ptx`](super::Module::from_ptx) is
+    /// not PTX, or the bytes handed to
+    /// [`Module::from_image`](super::Module::from_image) are neither PTX, a
+    /// cubin nor a fatbin (checked before they reach the driver).
     #[error("gpu_rpc cuda: not PTX text: {reason}")]
     NotPtx {
         /// What was found instead.
@@ -70,12 +72,29 @@ pub enum CudaError {
         /// The JIT compiler's error log (may be empty).
         log: String,
     },
+    /// The driver rejected a cubin or fatbin
+    /// ([`Module::from_image`](super::Module::from_image)): built for
+    /// another architecture (`CUDA_ERROR_NO_BINARY_FOR_GPU`), damaged
+    /// (`CUDA_ERROR_INVALID_IMAGE`), or a fatbin whose PTX failed to compile.
+    #[error("gpu_rpc cuda: the driver rejected the {kind} module: {name} ({code}): {message}{}", log_suffix(.log))]
+    InvalidImage {
+        /// `"cubin"` or `"fatbin"`.
+        kind: &'static str,
+        /// The `CUresult` value.
+        code: u32,
+        /// The `CUresult` name.
+        name: String,
+        /// The driver's description.
+        message: String,
+        /// The JIT compiler's error log (may be empty).
+        log: String,
+    },
     /// The module has no entry point of that name (`CUDA_ERROR_NOT_FOUND`).
     #[error("gpu_rpc cuda: kernel `{kernel}` not found in module (its entry points: {})", entries_list(.entries))]
     KernelNotFound {
         /// The name asked for.
         kernel: String,
-        /// The `.entry` names found in the PTX text.
+        /// The module's entry points ([`Module::entries`](super::Module::entries)).
         entries: Vec<String>,
     },
     /// The kernel's parameters (as the driver reports them) do not match a

@@ -1,5 +1,5 @@
-//! PTX modules and their kernels: loading, checking, entry points,
-//! parameter layouts and resource limits.
+//! Modules and their kernels: loading an image (PTX, cubin or fatbin; see
+//! [`Image`]), entry points, parameter layouts and resource limits.
 
 use std::ffi::{c_void, CString};
 use std::fmt;
@@ -9,59 +9,10 @@ use cudarc::driver::{result, sys};
 
 use crate::protocol::ClientDesc;
 
+use super::image::check_ptx;
 use super::*;
 
-/// Check that `text` looks like PTX: after whitespace and comments, the first
-/// directive must be `.version`.
-pub(super) fn check_ptx(text: &str) -> Result<(), CudaError> {
-    let not_ptx = |reason: String| Err(CudaError::NotPtx { reason });
-    if text.contains('\0') {
-        return not_ptx("the text contains a NUL byte".to_string());
-    }
-    let mut rest = text;
-    loop {
-        rest = rest.trim_start();
-        if let Some(r) = rest.strip_prefix("//") {
-            rest = r.split_once('\n').map_or("", |(_, after)| after);
-        } else if let Some(r) = rest.strip_prefix("/*") {
-            rest = r.split_once("*/").map_or("", |(_, after)| after);
-        } else {
-            break;
-        }
-    }
-    if rest.is_empty() {
-        return not_ptx("the text is empty (or only comments)".to_string());
-    }
-    if !rest.starts_with(".version") {
-        let head: String = rest.chars().take(40).collect();
-        return not_ptx(format!(
-            "expected the `.version` directive that starts a PTX module, found {head:?}"
-        ));
-    }
-    Ok(())
-}
-
-/// The `.entry` names declared in PTX text (for error messages).
-pub(super) fn ptx_entries(text: &str) -> Vec<String> {
-    let mut names = Vec::new();
-    for line in text.lines() {
-        let mut tokens = line.split_whitespace();
-        while let Some(t) = tokens.next() {
-            if t == ".entry" {
-                if let Some(name) = tokens.next() {
-                    let name = name.split('(').next().unwrap_or(name);
-                    if !name.is_empty() {
-                        names.push(name.to_string());
-                    }
-                }
-                break;
-            }
-        }
-    }
-    names
-}
-
-/// A PTX module loaded into a device's context; unloaded on drop.
+/// A kernel image (PTX, a cubin or a fatbin) loaded into a device's context; unloaded on drop.
 ///
 /// ```no_run
 /// # use rpc_runtime as gpu_rpc;
@@ -108,10 +59,69 @@ impl Module {
     /// ```
     pub fn from_ptx(device: &CudaDevice, ptx: &str) -> Result<Module, CudaError> {
         check_ptx(ptx)?;
-        let entries = ptx_entries(ptx);
-        let src = CString::new(ptx).map_err(|_| CudaError::NotPtx {
-            reason: "the text contains a NUL byte".to_string(),
+        Module::load(device, Image::Ptx(ptx))
+    }
+
+    /// Load any kernel image: PTX text (JIT-compiled, as
+    /// [`from_ptx`](Self::from_ptx)), a cubin (machine code for this GPU's
+    /// architecture, e.g. `ptxas -arch=sm_90 -o k.cubin k.ptx`: loaded
+    /// without compiling, so a large module starts at once) or a fatbin
+    /// (`nvcc -fatbin`; the driver picks the cubin for this GPU, or JIT-
+    /// compiles its PTX). Bytes that are none of these give
+    /// [`CudaError::NotPtx`]; an image the driver rejects (a cubin for
+    /// another architecture: `CUDA_ERROR_NO_BINARY_FOR_GPU`) gives
+    /// [`CudaError::InvalidImage`].
+    ///
+    /// ```no_run
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// let cubin = std::fs::read("kernels.cubin").unwrap();
+    /// let module = gpu_rpc::cuda::Module::from_image(&dev, &cubin)?;
+    /// assert!(module.entries().iter().any(|e| e == "rpc_noop_kernel"));
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
+    /// ```
+    pub fn from_image(device: &CudaDevice, bytes: &[u8]) -> Result<Module, CudaError> {
+        Module::load(device, Image::recognize(bytes)?)
+    }
+
+    /// [`from_image`](Self::from_image) on the contents of a file.
+    ///
+    /// ```no_run
+    /// # use rpc_runtime as gpu_rpc;
+    /// # let dev = gpu_rpc::cuda::CudaDevice::new(0)?;
+    /// let module = gpu_rpc::cuda::Module::from_file(&dev, "kernels.cubin")?;
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
+    /// ```
+    pub fn from_file(device: &CudaDevice, path: impl AsRef<Path>) -> Result<Module, CudaError> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| CudaError::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
         })?;
+        Module::from_image(device, &bytes).map_err(|e| match e {
+            CudaError::NotPtx { reason } => CudaError::NotPtx {
+                reason: format!("{}: {reason}", path.display()),
+            },
+            e => e,
+        })
+    }
+
+    /// Hand `image` to the driver (`cuModuleLoadDataEx`, with a buffer for
+    /// the JIT compiler's error log).
+    fn load(device: &CudaDevice, image: Image<'_>) -> Result<Module, CudaError> {
+        // The driver reads PTX up to its NUL; cubins and fatbins carry their
+        // own sizes.
+        let text;
+        let data: *const c_void = match image {
+            Image::Ptx(ptx) => {
+                text = CString::new(ptx).map_err(|_| CudaError::NotPtx {
+                    reason: "the text contains a NUL byte".to_string(),
+                })?;
+                text.as_ptr().cast()
+            }
+            Image::Cubin(bytes) | Image::Fatbin(bytes) => bytes.as_ptr().cast(),
+        };
+        let what = format!("loading a {} module", image.kind());
         device.bind()?;
         let mut log = vec![0u8; JIT_LOG_BYTES];
         let mut options = [
@@ -124,13 +134,15 @@ impl Module {
             std::ptr::without_provenance_mut::<c_void>(JIT_LOG_BYTES),
         ];
         let mut raw: sys::CUmodule = std::ptr::null_mut();
-        // SAFETY: `src` is NUL-terminated PTX text; `options`/`values` hold two
-        // matching entries; `log` has `JIT_LOG_BYTES` writable bytes and
-        // outlives the call; the context is current.
-        let r = raw_guard("loading a PTX module", || unsafe {
+        // SAFETY: `data` is NUL-terminated PTX text or a whole cubin/fatbin
+        // recognised by its header, alive until the call returns (`text` or
+        // the caller's bytes); `options`/`values` hold two matching entries;
+        // `log` has `JIT_LOG_BYTES` writable bytes and outlives the call; the
+        // context is current.
+        let r = raw_guard(&what, || unsafe {
             sys::cuModuleLoadDataEx(
                 &mut raw,
-                src.as_ptr().cast(),
+                data,
                 options.len() as u32,
                 options.as_mut_ptr(),
                 values.as_mut_ptr(),
@@ -138,33 +150,55 @@ impl Module {
             .result()
         })?;
         match r {
-            Ok(()) => Ok(Module {
-                device: device.clone(),
-                raw,
-                entries,
-            }),
+            Ok(()) => {
+                let entries = image.entries().unwrap_or_else(|| module_entries(raw));
+                Ok(Module {
+                    device: device.clone(),
+                    raw,
+                    entries,
+                })
+            }
             Err(e) => {
                 use sys::CUresult::*;
                 let (code, name, message) = describe(e);
-                match e.0 {
-                    CUDA_ERROR_INVALID_PTX
-                    | CUDA_ERROR_INVALID_IMAGE
-                    | CUDA_ERROR_NO_BINARY_FOR_GPU
-                    | CUDA_ERROR_UNSUPPORTED_PTX_VERSION
-                    | CUDA_ERROR_INVALID_SOURCE
-                    | CUDA_ERROR_JIT_COMPILER_NOT_FOUND
-                    | CUDA_ERROR_JIT_COMPILATION_DISABLED => {
-                        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-                        let log = String::from_utf8_lossy(&log[..end]).into_owned();
-                        Err(CudaError::InvalidPtx {
-                            code,
-                            name,
-                            message,
-                            log,
-                        })
-                    }
+                let log = || {
+                    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+                    String::from_utf8_lossy(&log[..end]).into_owned()
+                };
+                match (e.0, image) {
+                    (
+                        CUDA_ERROR_INVALID_PTX
+                        | CUDA_ERROR_INVALID_IMAGE
+                        | CUDA_ERROR_NO_BINARY_FOR_GPU
+                        | CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+                        | CUDA_ERROR_INVALID_SOURCE
+                        | CUDA_ERROR_JIT_COMPILER_NOT_FOUND
+                        | CUDA_ERROR_JIT_COMPILATION_DISABLED,
+                        Image::Ptx(_),
+                    ) => Err(CudaError::InvalidPtx {
+                        code,
+                        name,
+                        message,
+                        log: log(),
+                    }),
+                    (
+                        CUDA_ERROR_INVALID_PTX
+                        | CUDA_ERROR_INVALID_IMAGE
+                        | CUDA_ERROR_NO_BINARY_FOR_GPU
+                        | CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+                        | CUDA_ERROR_INVALID_SOURCE
+                        | CUDA_ERROR_JIT_COMPILER_NOT_FOUND
+                        | CUDA_ERROR_JIT_COMPILATION_DISABLED,
+                        Image::Cubin(_) | Image::Fatbin(_),
+                    ) => Err(CudaError::InvalidImage {
+                        kind: image.kind(),
+                        code,
+                        name,
+                        message,
+                        log: log(),
+                    }),
                     _ => Err(CudaError::Driver {
-                        what: "loading a PTX module".to_string(),
+                        what,
                         code,
                         name,
                         message,
@@ -190,14 +224,16 @@ impl Module {
         })?;
         let text = String::from_utf8(bytes).map_err(|_| CudaError::NotPtx {
             reason: format!(
-                "{} is not UTF-8 text (a cubin or fatbin? this backend loads PTX text)",
+                "{} is not UTF-8 text (a cubin or fatbin? `Module::from_file` loads those)",
                 path.display()
             ),
         })?;
         Module::from_ptx(device, &text)
     }
 
-    /// The `.entry` names declared in the PTX text.
+    /// The module's entry points: the `.entry` names of PTX, the entry
+    /// symbols of a cubin, what the driver lists for a fatbin
+    /// (`cuModuleEnumerateFunctions`, CUDA 12.4+; empty where it cannot).
     ///
     /// ```no_run
     /// # use rpc_runtime as gpu_rpc;
@@ -265,10 +301,49 @@ impl Drop for Module {
     fn drop(&mut self) {
         let _ = self.device.bind();
         let raw = self.raw;
-        // SAFETY: loaded in `from_ptx`, unloaded once; every `Kernel` borrows
+        // SAFETY: loaded in `load`, unloaded once; every `Kernel` borrows
         // the module, so none outlives it. Errors (sticky context) are ignored.
         let _ = raw_guard("unloading a module", || unsafe { result::module::unload(raw) });
     }
+}
+
+/// The names of a loaded module's kernels as the driver lists them
+/// (`cuModuleGetFunctionCount`, `cuModuleEnumerateFunctions`,
+/// `cuFuncGetName`; CUDA 12.4+), empty where the driver cannot.
+fn module_entries(module: sys::CUmodule) -> Vec<String> {
+    let mut count = 0u32;
+    // SAFETY: `module` is loaded; `count` is a valid place for the result.
+    let counted = raw_guard("counting a module's kernels", || unsafe {
+        sys::cuModuleGetFunctionCount(&mut count, module).result()
+    });
+    if !matches!(counted, Ok(Ok(()))) {
+        return Vec::new();
+    }
+    let mut funcs: Vec<sys::CUfunction> = vec![std::ptr::null_mut(); count as usize];
+    // SAFETY: `funcs` has room for `count` handles.
+    let listed = raw_guard("listing a module's kernels", || unsafe {
+        sys::cuModuleEnumerateFunctions(funcs.as_mut_ptr(), count, module).result()
+    });
+    if !matches!(listed, Ok(Ok(()))) {
+        return Vec::new();
+    }
+    funcs
+        .into_iter()
+        .filter_map(|f| {
+            let mut name: *const core::ffi::c_char = std::ptr::null();
+            // SAFETY: `f` is a handle the driver just listed; `name` is a
+            // valid place for the result.
+            let got = raw_guard("naming a kernel", || unsafe {
+                sys::cuFuncGetName(&mut name, f).result()
+            });
+            if !matches!(got, Ok(Ok(()))) || name.is_null() {
+                return None;
+            }
+            // SAFETY: the driver returned a NUL-terminated name that lives as
+            // long as the module.
+            Some(unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned())
+        })
+        .collect()
 }
 
 /// Parameter sizes as the driver reports them (`cuFuncGetParamInfo`, CUDA
@@ -473,30 +548,6 @@ impl Kernel<'_> {
 mod tests {
     use super::*;
     use crate::cuda::run::Launch;
-
-    #[test]
-    fn ptx_header_check() {
-        assert!(check_ptx("//\n// Generated by LLVM NVPTX Back-End\n//\n\n.version 7.8\n.target sm_90\n").is_ok());
-        assert!(check_ptx("/* c */ .version 8.0").is_ok());
-        assert!(check_ptx("  \n.version 8.0").is_ok());
-        for bad in [
-            "",
-            "// only a comment",
-            "hello world",
-            "\u{7f}ELF",
-            ".target sm_90\n.version 8.0",
-            ".version\0",
-        ] {
-            let e = check_ptx(bad).unwrap_err();
-            assert!(e.to_string().starts_with("gpu_rpc cuda: not PTX text"), "{bad:?}: {e}");
-        }
-    }
-
-    #[test]
-    fn entry_names() {
-        let ptx = ".version 7.8\n.visible .entry rpc_noop_kernel(\n.param .align 8 .b8 p[24]\n)\n{ ret; }\n.entry other ( ) { ret; }\n.func helper() { ret; }\n";
-        assert_eq!(ptx_entries(ptx), ["rpc_noop_kernel", "other"]);
-    }
 
     #[test]
     fn arg_bits_are_little_endian_low_bytes() {

@@ -1,0 +1,303 @@
+//! What a CUDA kernel image is: PTX text (JIT-compiled by the driver when it
+//! is loaded), a cubin (an ELF file of machine code for one GPU
+//! architecture, e.g. from `ptxas -arch=sm_90`: loaded without compiling) or
+//! a fatbin (`nvcc -fatbin`, several of them); recognised from its bytes,
+//! with the entry names each declares.
+
+use super::CudaError;
+
+/// `e_machine` of a cubin (`EM_CUDA`).
+const EM_CUDA: u16 = 190;
+/// The first word of a fatbin (`0xBA55ED50`, little-endian).
+const FATBIN_MAGIC: [u8; 4] = [0x50, 0xED, 0x55, 0xBA];
+/// `st_other` bit of a cubin's symbol that is a kernel entry point.
+const STO_CUDA_ENTRY: u8 = 0x10;
+
+/// A kernel image, borrowed from the bytes it was recognised in.
+///
+/// ```
+/// # use rpc_runtime as gpu_rpc;
+/// use gpu_rpc::cuda::Image;
+/// let ptx = b"//\n.version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k() { ret; }\n";
+/// let image = Image::recognize(ptx)?;
+/// assert!(matches!(image, Image::Ptx(_)));
+/// assert_eq!(image.entries(), Some(vec!["k".to_string()]));
+/// assert!(Image::recognize(b"hello").is_err());
+/// # Ok::<(), gpu_rpc::cuda::CudaError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Image<'a> {
+    /// PTX text.
+    Ptx(&'a str),
+    /// A cubin: an ELF file whose `e_machine` is `EM_CUDA`.
+    Cubin(&'a [u8]),
+    /// A fatbin: cubins and PTX for several architectures in one file.
+    Fatbin(&'a [u8]),
+}
+
+impl<'a> Image<'a> {
+    /// Recognise `bytes`: a fatbin by its magic word, a cubin by its ELF
+    /// header, else PTX text ([`CudaError::NotPtx`] when it is none of
+    /// them, saying why).
+    pub fn recognize(bytes: &'a [u8]) -> Result<Image<'a>, CudaError> {
+        if bytes.starts_with(&FATBIN_MAGIC) {
+            return Ok(Image::Fatbin(bytes));
+        }
+        if bytes.starts_with(b"\x7fELF") {
+            return match elf_machine(bytes) {
+                Some(EM_CUDA) => Ok(Image::Cubin(bytes)),
+                machine => Err(CudaError::NotPtx {
+                    reason: format!(
+                        "an ELF file whose machine is {} instead of a cubin's EM_CUDA (190)",
+                        machine.map_or("unreadable".to_string(), |m| m.to_string())
+                    ),
+                }),
+            };
+        }
+        let text = std::str::from_utf8(bytes).map_err(|_| CudaError::NotPtx {
+            reason: "neither UTF-8 text nor a cubin (ELF) or fatbin".to_string(),
+        })?;
+        check_ptx(text)?;
+        Ok(Image::Ptx(text))
+    }
+
+    /// The kernel entry points the image declares, in its order: the
+    /// `.entry` names of PTX, the entry symbols of a cubin; `None` for a
+    /// fatbin, whose cubins may be compressed (the loaded module asks the
+    /// driver instead) and for a cubin whose symbol table cannot be read.
+    pub fn entries(&self) -> Option<Vec<String>> {
+        match self {
+            Image::Ptx(text) => Some(ptx_entries(text)),
+            Image::Cubin(elf) => cubin_entries(elf),
+            Image::Fatbin(_) => None,
+        }
+    }
+
+    /// What the image is, for messages: `"PTX"`, `"cubin"` or `"fatbin"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Image::Ptx(_) => "PTX",
+            Image::Cubin(_) => "cubin",
+            Image::Fatbin(_) => "fatbin",
+        }
+    }
+}
+
+/// Check that `text` looks like PTX: after whitespace and comments, the first
+/// directive must be `.version`.
+pub(super) fn check_ptx(text: &str) -> Result<(), CudaError> {
+    let not_ptx = |reason: String| Err(CudaError::NotPtx { reason });
+    if text.contains('\0') {
+        return not_ptx("the text contains a NUL byte".to_string());
+    }
+    let mut rest = text;
+    loop {
+        rest = rest.trim_start();
+        if let Some(r) = rest.strip_prefix("//") {
+            rest = r.split_once('\n').map_or("", |(_, after)| after);
+        } else if let Some(r) = rest.strip_prefix("/*") {
+            rest = r.split_once("*/").map_or("", |(_, after)| after);
+        } else {
+            break;
+        }
+    }
+    if rest.is_empty() {
+        return not_ptx("the text is empty (or only comments)".to_string());
+    }
+    if !rest.starts_with(".version") {
+        let head: String = rest.chars().take(40).collect();
+        return not_ptx(format!(
+            "expected the `.version` directive that starts a PTX module, found {head:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// The `.entry` names declared in PTX text (for error messages).
+pub(super) fn ptx_entries(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for line in text.lines() {
+        let mut tokens = line.split_whitespace();
+        while let Some(t) = tokens.next() {
+            if t == ".entry" {
+                if let Some(name) = tokens.next() {
+                    let name = name.split('(').next().unwrap_or(name);
+                    if !name.is_empty() {
+                        names.push(name.to_string());
+                    }
+                }
+                break;
+            }
+        }
+    }
+    names
+}
+
+/// Little-endian fields of an ELF64 file, each read only within its bounds.
+struct Elf<'a>(&'a [u8]);
+
+impl Elf<'_> {
+    fn u8(&self, at: usize) -> Option<u8> {
+        self.0.get(at).copied()
+    }
+    fn u16(&self, at: usize) -> Option<u16> {
+        Some(u16::from_le_bytes(self.0.get(at..at + 2)?.try_into().ok()?))
+    }
+    fn u32(&self, at: usize) -> Option<u32> {
+        Some(u32::from_le_bytes(self.0.get(at..at + 4)?.try_into().ok()?))
+    }
+    fn u64(&self, at: usize) -> Option<usize> {
+        usize::try_from(u64::from_le_bytes(self.0.get(at..at + 8)?.try_into().ok()?)).ok()
+    }
+}
+
+/// `e_machine` of an ELF header (at byte 18 in both ELF classes).
+fn elf_machine(bytes: &[u8]) -> Option<u16> {
+    Elf(bytes).u16(18)
+}
+
+/// The entry symbols of a cubin (ELF64, little-endian): function symbols
+/// marked `STO_CUDA_ENTRY`, named from the symbol table's string table.
+/// `None` when the file is not such an ELF or a table lies outside it.
+pub(super) fn cubin_entries(bytes: &[u8]) -> Option<Vec<String>> {
+    const SHT_SYMTAB: u32 = 2;
+    const STT_FUNC: u8 = 2;
+    let elf = Elf(bytes);
+    // ELFCLASS64, little-endian.
+    if elf.u8(4)? != 2 || elf.u8(5)? != 1 {
+        return None;
+    }
+    let (shoff, shentsize, shnum) = (elf.u64(0x28)?, elf.u16(0x3a)? as usize, elf.u16(0x3c)? as usize);
+    if shentsize < 0x40 {
+        return None;
+    }
+    let section = |i: usize| -> Option<usize> { shoff.checked_add(i.checked_mul(shentsize)?) };
+    let mut names = Vec::new();
+    for i in 0..shnum {
+        let sh = section(i)?;
+        if elf.u32(sh + 4)? != SHT_SYMTAB {
+            continue;
+        }
+        let (offset, size, link, entsize) = (
+            elf.u64(sh + 0x18)?,
+            elf.u64(sh + 0x20)?,
+            elf.u32(sh + 0x28)? as usize,
+            elf.u64(sh + 0x38)?,
+        );
+        let strings = section(link)?;
+        let (str_offset, str_size) = (elf.u64(strings + 0x18)?, elf.u64(strings + 0x20)?);
+        let table = bytes.get(str_offset..str_offset.checked_add(str_size)?)?;
+        if entsize < 24 {
+            return None;
+        }
+        for k in 0..size / entsize {
+            let sym = offset.checked_add(k * entsize)?;
+            let (name, info, other) = (elf.u32(sym)? as usize, elf.u8(sym + 4)?, elf.u8(sym + 5)?);
+            if info & 0xf != STT_FUNC || other & STO_CUDA_ENTRY == 0 {
+                continue;
+            }
+            let tail = table.get(name..)?;
+            let end = tail.iter().position(|&b| b == 0)?;
+            names.push(String::from_utf8_lossy(&tail[..end]).into_owned());
+        }
+    }
+    Some(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ptx_header_check() {
+        assert!(check_ptx("//\n// Generated by LLVM NVPTX Back-End\n//\n\n.version 7.8\n.target sm_90\n").is_ok());
+        assert!(check_ptx("/* c */ .version 8.0").is_ok());
+        assert!(check_ptx("  \n.version 8.0").is_ok());
+        for bad in [
+            "",
+            "// only a comment",
+            "hello world",
+            "\u{7f}ELF",
+            ".target sm_90\n.version 8.0",
+            ".version\0",
+        ] {
+            let e = check_ptx(bad).unwrap_err();
+            assert!(e.to_string().starts_with("gpu_rpc cuda: not PTX text"), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn entry_names() {
+        let ptx = ".version 7.8\n.visible .entry rpc_noop_kernel(\n.param .align 8 .b8 p[24]\n)\n{ ret; }\n.entry other ( ) { ret; }\n.func helper() { ret; }\n";
+        assert_eq!(ptx_entries(ptx), ["rpc_noop_kernel", "other"]);
+    }
+
+    /// A minimal ELF64 cubin: a null section, a string table, a symbol
+    /// table of `syms` (name, `st_info`, `st_other`).
+    fn cubin(syms: &[(&str, u8, u8)]) -> Vec<u8> {
+        let mut strtab = vec![0u8];
+        let mut symtab = vec![0u8; 24]; // the null symbol
+        for &(name, info, other) in syms {
+            let at = strtab.len() as u32;
+            strtab.extend_from_slice(name.as_bytes());
+            strtab.push(0);
+            let mut s = [0u8; 24];
+            s[..4].copy_from_slice(&at.to_le_bytes());
+            s[4] = info;
+            s[5] = other;
+            symtab.extend_from_slice(&s);
+        }
+        let (str_at, sym_at) = (64usize, 64 + strtab.len());
+        let sh_at = sym_at + symtab.len();
+        let mut f = vec![0u8; 64];
+        f[..4].copy_from_slice(b"\x7fELF");
+        f[4] = 2; // ELFCLASS64
+        f[5] = 1; // little-endian
+        f[18..20].copy_from_slice(&EM_CUDA.to_le_bytes());
+        f[0x28..0x30].copy_from_slice(&(sh_at as u64).to_le_bytes());
+        f[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+        f[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
+        f.extend_from_slice(&strtab);
+        f.extend_from_slice(&symtab);
+        let header = |kind: u32, offset: usize, size: usize, link: u32, entsize: u64| {
+            let mut h = [0u8; 64];
+            h[4..8].copy_from_slice(&kind.to_le_bytes());
+            h[0x18..0x20].copy_from_slice(&(offset as u64).to_le_bytes());
+            h[0x20..0x28].copy_from_slice(&(size as u64).to_le_bytes());
+            h[0x28..0x2c].copy_from_slice(&link.to_le_bytes());
+            h[0x38..0x40].copy_from_slice(&entsize.to_le_bytes());
+            h
+        };
+        f.extend_from_slice(&[0u8; 64]);
+        f.extend_from_slice(&header(3, str_at, strtab.len(), 0, 0));
+        f.extend_from_slice(&header(2, sym_at, symtab.len(), 1, 24));
+        f
+    }
+
+    #[test]
+    fn images_are_recognised_by_their_first_bytes() {
+        let entry = |name| (name, 0x12, STO_CUDA_ENTRY); // GLOBAL FUNC, entry
+        let elf = cubin(&[entry("k1"), ("helper", 0x02, 0), ("data", 0x11, 0), entry("k2")]);
+        let image = Image::recognize(&elf).unwrap();
+        assert_eq!(image.kind(), "cubin");
+        assert_eq!(image.entries(), Some(vec!["k1".to_string(), "k2".to_string()]));
+        // Cut anywhere inside its tables, the cubin's entries are unknown,
+        // never read out of bounds.
+        for len in [70, 80, elf.len() - 100, elf.len() - 1] {
+            assert_eq!(cubin_entries(&elf[..len]), None, "{len}");
+        }
+        let mut amd = elf.clone();
+        amd[18..20].copy_from_slice(&224u16.to_le_bytes());
+        let e = Image::recognize(&amd).unwrap_err().to_string();
+        assert!(e.contains("machine is 224"), "{e}");
+
+        let mut fat = FATBIN_MAGIC.to_vec();
+        fat.extend_from_slice(&[0; 60]);
+        let image = Image::recognize(&fat).unwrap();
+        assert_eq!((image.kind(), image.entries()), ("fatbin", None));
+
+        assert_eq!(Image::recognize(b".version 8.0\n").unwrap().kind(), "PTX");
+        let e = Image::recognize(&[0xff, 0xfe, 0]).unwrap_err().to_string();
+        assert!(e.contains("neither UTF-8 text nor a cubin"), "{e}");
+    }
+}
