@@ -295,6 +295,30 @@ fn garbage_ptx_is_rejected_with_a_clear_message() {
     // A file that does not exist.
     let e = Module::from_ptx_file(&dev, "/nonexistent/kernels.ptx").unwrap_err();
     assert!(matches!(e, CudaError::Io { .. }), "{e}");
+    // A cubin header (ELF64, EM_CUDA) over garbage, and a fatbin's magic
+    // over garbage: the driver refuses both, naming the kind of image, and
+    // the context stays usable (the PTX module below loads).
+    let mut cubin = vec![0xa5u8; 4096];
+    cubin[..6].copy_from_slice(b"\x7fELF\x02\x01");
+    cubin[18..20].copy_from_slice(&190u16.to_le_bytes());
+    let mut fatbin = vec![0xa5u8; 4096];
+    fatbin[..4].copy_from_slice(&[0x50, 0xED, 0x55, 0xBA]);
+    for (bytes, kind) in [(&cubin, "cubin"), (&fatbin, "fatbin")] {
+        let e = Module::from_image(&dev, bytes).unwrap_err();
+        assert!(
+            matches!(&e, CudaError::InvalidImage { kind: k, .. } if *k == kind)
+                || matches!(&e, CudaError::Driver { what, .. } if what.contains(kind)),
+            "{kind}: {e:?}"
+        );
+        assert!(!e.is_context_lost(), "{e}");
+        eprintln!("{e}");
+    }
+    let module = Module::from_image(
+        &dev,
+        b".version 7.8\n.target sm_90\n.address_size 64\n.visible .entry k() { ret; }\n",
+    )
+    .expect("PTX through from_image");
+    assert_eq!(module.entries(), ["k"]);
 }
 
 #[test]
