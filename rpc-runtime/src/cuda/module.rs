@@ -165,32 +165,26 @@ impl Module {
                     let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
                     String::from_utf8_lossy(&log[..end]).into_owned()
                 };
-                match (e.0, image) {
-                    (
-                        CUDA_ERROR_INVALID_PTX
+                // The codes by which the driver refuses the image itself (not
+                // the context or the machine).
+                let rejected = matches!(
+                    e.0,
+                    CUDA_ERROR_INVALID_PTX
                         | CUDA_ERROR_INVALID_IMAGE
                         | CUDA_ERROR_NO_BINARY_FOR_GPU
                         | CUDA_ERROR_UNSUPPORTED_PTX_VERSION
                         | CUDA_ERROR_INVALID_SOURCE
                         | CUDA_ERROR_JIT_COMPILER_NOT_FOUND
-                        | CUDA_ERROR_JIT_COMPILATION_DISABLED,
-                        Image::Ptx(_),
-                    ) => Err(CudaError::InvalidPtx {
+                        | CUDA_ERROR_JIT_COMPILATION_DISABLED
+                );
+                match image {
+                    Image::Ptx(_) if rejected => Err(CudaError::InvalidPtx {
                         code,
                         name,
                         message,
                         log: log(),
                     }),
-                    (
-                        CUDA_ERROR_INVALID_PTX
-                        | CUDA_ERROR_INVALID_IMAGE
-                        | CUDA_ERROR_NO_BINARY_FOR_GPU
-                        | CUDA_ERROR_UNSUPPORTED_PTX_VERSION
-                        | CUDA_ERROR_INVALID_SOURCE
-                        | CUDA_ERROR_JIT_COMPILER_NOT_FOUND
-                        | CUDA_ERROR_JIT_COMPILATION_DISABLED,
-                        Image::Cubin(_) | Image::Fatbin(_),
-                    ) => Err(CudaError::InvalidImage {
+                    Image::Cubin(_) | Image::Fatbin(_) if rejected => Err(CudaError::InvalidImage {
                         kind: image.kind(),
                         code,
                         name,
