@@ -296,8 +296,9 @@ fn garbage_ptx_is_rejected_with_a_clear_message() {
     let e = Module::from_ptx_file(&dev, "/nonexistent/kernels.ptx").unwrap_err();
     assert!(matches!(e, CudaError::Io { .. }), "{e}");
     // A cubin header (ELF64, EM_CUDA) over garbage, and a fatbin's magic
-    // over garbage: the driver refuses both, naming the kind of image, and
-    // the context stays usable (the PTX module below loads).
+    // over garbage: refused before the driver, which trusts their sizes
+    // (it crashed the process on these very bytes), naming the kind of
+    // image; the context stays usable (the PTX module below loads).
     let mut cubin = vec![0xa5u8; 4096];
     cubin[..6].copy_from_slice(b"\x7fELF\x02\x01");
     cubin[18..20].copy_from_slice(&190u16.to_le_bytes());
@@ -306,11 +307,9 @@ fn garbage_ptx_is_rejected_with_a_clear_message() {
     for (bytes, kind) in [(&cubin, "cubin"), (&fatbin, "fatbin")] {
         let e = Module::from_image(&dev, bytes).unwrap_err();
         assert!(
-            matches!(&e, CudaError::InvalidImage { kind: k, .. } if *k == kind)
-                || matches!(&e, CudaError::Driver { what, .. } if what.contains(kind)),
+            matches!(&e, CudaError::BadImage { kind: k, .. } if *k == kind),
             "{kind}: {e:?}"
         );
-        assert!(!e.is_context_lost(), "{e}");
         eprintln!("{e}");
     }
     let module = Module::from_image(

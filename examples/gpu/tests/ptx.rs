@@ -232,6 +232,29 @@ fn example_kernels_fit_the_register_budget() {
         sorted(image.entries().expect("the cubin's symbol table")),
         sorted(ptx_entries)
     );
+    // Wrapped in a fatbin by `fatbinary` (beside ptxas), it is recognised as
+    // one, and cut short it is refused before it could reach the driver.
+    let fatbinary = ptxas.with_file_name("fatbinary");
+    if fatbinary.is_file() {
+        let fat_file = cubin_file.with_extension("fatbin");
+        std::fs::write(&cubin_file, &cubin).unwrap();
+        let made = std::process::Command::new(&fatbinary)
+            .arg("-64")
+            .arg(format!("--create={}", fat_file.display()))
+            .arg(format!("--image3=kind=elf,sm=90,file={}", cubin_file.display()))
+            .status()
+            .unwrap();
+        let _ = std::fs::remove_file(&cubin_file);
+        assert!(made.success(), "{} failed", fatbinary.display());
+        let fat = std::fs::read(&fat_file).unwrap();
+        let _ = std::fs::remove_file(&fat_file);
+        let image = gpu_rpc::cuda::Image::recognize(&fat).unwrap_or_else(|e| panic!("the fatbin: {e}"));
+        assert_eq!(image.kind(), "fatbin");
+        let e = gpu_rpc::cuda::Image::recognize(&fat[..fat.len() - 4096]).unwrap_err();
+        assert!(e.to_string().contains("a damaged fatbin"), "{e}");
+    } else {
+        eprintln!("skipped: no fatbinary beside {} (the fatbin check)", ptxas.display());
+    }
     let mut table = format!("ptxas {} -arch=sm_90 on the example kernels:\n", ptxas.display());
     for k in &kernels {
         table.push_str(&format!("  {k}\n"));

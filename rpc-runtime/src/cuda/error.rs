@@ -72,6 +72,16 @@ pub enum CudaError {
         /// The JIT compiler's error log (may be empty).
         log: String,
     },
+    /// A cubin or fatbin whose tables or sizes reach past its bytes, refused
+    /// before it reaches the driver (which trusts them and would read past
+    /// the end).
+    #[error("gpu_rpc cuda: a damaged {kind}: {reason}")]
+    BadImage {
+        /// `"cubin"` or `"fatbin"`.
+        kind: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
     /// The driver rejected a cubin or fatbin
     /// ([`Module::from_image`](super::Module::from_image)): built for
     /// another architecture (`CUDA_ERROR_NO_BINARY_FOR_GPU`), damaged

@@ -38,14 +38,21 @@ pub enum Image<'a> {
 impl<'a> Image<'a> {
     /// Recognise `bytes`: a fatbin by its magic word, a cubin by its ELF
     /// header, else PTX text ([`CudaError::NotPtx`] when it is none of
-    /// them, saying why).
+    /// them, saying why). A cubin or fatbin whose tables or sizes reach past
+    /// its bytes is refused here ([`CudaError::BadImage`]): the driver
+    /// trusts them, and reads past the end (a crash) where they lie.
     pub fn recognize(bytes: &'a [u8]) -> Result<Image<'a>, CudaError> {
+        let damaged = |kind: &'static str| move |reason: String| CudaError::BadImage { kind, reason };
         if bytes.starts_with(&FATBIN_MAGIC) {
+            check_fatbin(bytes).map_err(damaged("fatbin"))?;
             return Ok(Image::Fatbin(bytes));
         }
         if bytes.starts_with(b"\x7fELF") {
             return match elf_machine(bytes) {
-                Some(EM_CUDA) => Ok(Image::Cubin(bytes)),
+                Some(EM_CUDA) => {
+                    check_cubin(bytes).map_err(damaged("cubin"))?;
+                    Ok(Image::Cubin(bytes))
+                }
                 machine => Err(CudaError::NotPtx {
                     reason: format!(
                         "an ELF file whose machine is {} instead of a cubin's EM_CUDA (190)",
@@ -149,6 +156,101 @@ impl Elf<'_> {
     fn u64(&self, at: usize) -> Option<usize> {
         usize::try_from(u64::from_le_bytes(self.0.get(at..at + 8)?.try_into().ok()?)).ok()
     }
+}
+
+/// Check that a cubin's header, program headers and sections lie within
+/// its bytes (ELF64, little-endian), so the driver never reads past them.
+pub(super) fn check_cubin(bytes: &[u8]) -> Result<(), String> {
+    const SHT_NOBITS: u32 = 8;
+    let elf = Elf(bytes);
+    let cut = || "cut short: its ELF header is incomplete".to_string();
+    if elf.u8(4).ok_or_else(cut)? != 2 || elf.u8(5).ok_or_else(cut)? != 1 {
+        return Err("not a little-endian ELF64 file".to_string());
+    }
+    let field = |at: usize, what: &str| elf.u64(at).ok_or_else(|| format!("cut short: no {what}"));
+    let half = |at: usize, what: &str| {
+        elf.u16(at)
+            .map(usize::from)
+            .ok_or_else(|| format!("cut short: no {what}"))
+    };
+    // A table of `n` entries of `size` bytes at `offset` lies within the
+    // file.
+    let within = |offset: usize, n: usize, size: usize, what: &str| {
+        n.checked_mul(size)
+            .and_then(|b| offset.checked_add(b))
+            .filter(|&end| end <= bytes.len())
+            .map(|_| ())
+            .ok_or_else(|| {
+                format!(
+                    "its {what} ({n} × {size} bytes at {offset:#x}) reach past its {} bytes",
+                    bytes.len()
+                )
+            })
+    };
+    let (phoff, shoff) = (field(0x20, "e_phoff")?, field(0x28, "e_shoff")?);
+    let (phentsize, phnum) = (half(0x36, "e_phentsize")?, half(0x38, "e_phnum")?);
+    let (shentsize, shnum) = (half(0x3a, "e_shentsize")?, half(0x3c, "e_shnum")?);
+    if (phnum > 0 && phentsize < 0x38) || (shnum > 0 && shentsize < 0x40) {
+        return Err(format!(
+            "its table entries are too small ({phentsize} B program headers, {shentsize} B section headers)"
+        ));
+    }
+    within(phoff, phnum, phentsize, "program headers")?;
+    within(shoff, shnum, shentsize, "section headers")?;
+    for i in 0..phnum {
+        let ph = phoff + i * phentsize;
+        within(field(ph + 8, "p_offset")?, 1, field(ph + 0x20, "p_filesz")?, "segment")?;
+    }
+    for i in 0..shnum {
+        let sh = shoff + i * shentsize;
+        if elf.u32(sh + 4).ok_or_else(cut)? != SHT_NOBITS {
+            within(
+                field(sh + 0x18, "sh_offset")?,
+                1,
+                field(sh + 0x20, "sh_size")?,
+                "section",
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Check that a fatbin's sizes lie within its bytes: the header's (magic,
+/// version, header size, size of what follows), each entry's (header size
+/// and payload size), and the ELF tables of each cubin stored uncompressed
+/// in it ([`check_cubin`]).
+pub(super) fn check_fatbin(bytes: &[u8]) -> Result<(), String> {
+    let f = Elf(bytes);
+    let cut = |what: &str| format!("cut short: no {what}");
+    let header = f.u16(6).ok_or_else(|| cut("header size"))? as usize;
+    let size = f.u64(8).ok_or_else(|| cut("size"))?;
+    let end = header
+        .checked_add(size)
+        .filter(|&e| header >= 16 && e <= bytes.len())
+        .ok_or_else(|| {
+            format!(
+                "its header ({header} B) and body ({size} B) reach past its {} bytes",
+                bytes.len()
+            )
+        })?;
+    let mut at = header;
+    while at < end {
+        let entry_header = f.u32(at + 4).ok_or_else(|| cut("entry header"))? as usize;
+        let payload = f.u64(at + 8).ok_or_else(|| cut("entry size"))?;
+        let start = at + entry_header;
+        let next = start
+            .checked_add(payload)
+            .filter(|&n| entry_header >= 16 && n <= end)
+            .ok_or_else(|| {
+                format!("its entry at {at:#x} ({entry_header} B header, {payload} B) reaches past its body")
+            })?;
+        let body = &bytes[start..next];
+        if body.starts_with(b"\x7fELF") {
+            check_cubin(body).map_err(|e| format!("the cubin at {start:#x}: {e}"))?;
+        }
+        at = next;
+    }
+    Ok(())
 }
 
 /// `e_machine` of an ELF header (at byte 18 in both ELF classes).
@@ -274,6 +376,65 @@ mod tests {
         f
     }
 
+    /// A fatbin holding `cubin` as its one entry (the layout `fatbinary`
+    /// writes: a 16-byte header, then a 64-byte entry header and the ELF).
+    fn fatbin(cubin: &[u8]) -> Vec<u8> {
+        let mut f = FATBIN_MAGIC.to_vec();
+        f.extend_from_slice(&1u16.to_le_bytes()); // version
+        f.extend_from_slice(&16u16.to_le_bytes()); // header size
+        f.extend_from_slice(&(64 + cubin.len() as u64).to_le_bytes());
+        let mut entry = [0u8; 64];
+        entry[..2].copy_from_slice(&2u16.to_le_bytes()); // an ELF
+        entry[4..8].copy_from_slice(&64u32.to_le_bytes());
+        entry[8..16].copy_from_slice(&(cubin.len() as u64).to_le_bytes());
+        f.extend_from_slice(&entry);
+        f.extend_from_slice(cubin);
+        f
+    }
+
+    /// Whether `bytes` are refused as a damaged image of `kind`, with a
+    /// reason containing `why`.
+    fn damaged(bytes: &[u8], kind: &str, why: &str) -> bool {
+        match Image::recognize(bytes) {
+            Err(CudaError::BadImage { kind: k, reason }) => k == kind && reason.contains(why),
+            other => panic!("{kind} ({why}): {other:?}"),
+        }
+    }
+
+    #[test]
+    fn damaged_images_never_reach_the_driver() {
+        let elf = cubin(&[("k", 0x12, STO_CUDA_ENTRY)]);
+        // A cubin header over garbage: its section table far outside.
+        let mut garbage = vec![0xa5u8; 4096];
+        garbage[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        garbage[18..20].copy_from_slice(&EM_CUDA.to_le_bytes());
+        assert!(damaged(&garbage, "cubin", "reach past"));
+        // Cut anywhere after its header, the cubin's tables reach past it.
+        for len in [64, 70, elf.len() - 100, elf.len() - 1] {
+            assert!(damaged(&elf[..len], "cubin", ""), "{len}");
+        }
+        assert!(damaged(&elf[..30], "cubin", "cut short"));
+        // A section whose size reaches past the file.
+        let mut big = elf.clone();
+        let shoff = u64::from_le_bytes(big[0x28..0x30].try_into().unwrap()) as usize;
+        big[shoff + 64 + 0x20..shoff + 64 + 0x28].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(damaged(&big, "cubin", "section"));
+
+        let fat = fatbin(&elf);
+        assert!(damaged(&fat[..fat.len() - 1], "fatbin", "reach past"));
+        let mut garbage = vec![0xa5u8; 4096];
+        garbage[..4].copy_from_slice(&FATBIN_MAGIC);
+        assert!(damaged(&garbage, "fatbin", "reach past"));
+        // An entry whose payload is longer than the body.
+        let mut long = fat.clone();
+        long[16 + 8..16 + 16].copy_from_slice(&(elf.len() as u64 + 1).to_le_bytes());
+        assert!(damaged(&long, "fatbin", "entry at 0x10"));
+        // The cubin inside is checked too.
+        let mut inner = fat.clone();
+        inner[16 + 64 + 0x28..16 + 64 + 0x30].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(damaged(&inner, "fatbin", "the cubin at 0x50"));
+    }
+
     #[test]
     fn images_are_recognised_by_their_first_bytes() {
         let entry = |name| (name, 0x12, STO_CUDA_ENTRY); // GLOBAL FUNC, entry
@@ -291,8 +452,7 @@ mod tests {
         let e = Image::recognize(&amd).unwrap_err().to_string();
         assert!(e.contains("machine is 224"), "{e}");
 
-        let mut fat = FATBIN_MAGIC.to_vec();
-        fat.extend_from_slice(&[0; 60]);
+        let fat = fatbin(&elf);
         let image = Image::recognize(&fat).unwrap();
         assert_eq!((image.kind(), image.entries()), ("fatbin", None));
 

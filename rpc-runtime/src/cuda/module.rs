@@ -68,9 +68,12 @@ impl Module {
     /// without compiling, so a large module starts at once) or a fatbin
     /// (`nvcc -fatbin`; the driver picks the cubin for this GPU, or JIT-
     /// compiles its PTX). Bytes that are none of these give
-    /// [`CudaError::NotPtx`]; an image the driver rejects (a cubin for
-    /// another architecture: `CUDA_ERROR_NO_BINARY_FOR_GPU`) gives
-    /// [`CudaError::InvalidImage`].
+    /// [`CudaError::NotPtx`]; a cubin or fatbin whose tables reach past its
+    /// bytes, [`CudaError::BadImage`] (checked here: the driver trusts them
+    /// and crashes on such an image); an image the driver rejects (a cubin
+    /// for another architecture: `CUDA_ERROR_NO_BINARY_FOR_GPU`),
+    /// [`CudaError::InvalidImage`]. Only the structure is checked: load
+    /// cubins and fatbins you trust, as you would a shared library.
     ///
     /// ```no_run
     /// # use rpc_runtime as gpu_rpc;
