@@ -217,15 +217,23 @@ fn image_kind(bytes: &[u8]) -> Result<ImageKind, String> {
     if bytes.starts_with(b"\x7fELF") && bytes.len() > 19 && u16::from_le_bytes([bytes[18], bytes[19]]) == 224 {
         return Ok(ImageKind::AmdgpuCodeObject);
     }
+    use gpu_rpc::cuda::CudaError;
     match gpu_rpc::cuda::Image::recognize(bytes) {
         Ok(_) => Ok(ImageKind::Cuda),
+        Err(CudaError::BadImage { kind, reason }) => Err(format!("a damaged {kind}: {reason}")),
         Err(_) if bytes.starts_with(b"\x7fELF") => {
             Err("an ELF file that is neither an AMDGPU code object (EM_AMDGPU) nor a cubin (EM_CUDA)".into())
         }
         Err(_) if std::str::from_utf8(bytes).is_err() => {
             Err("neither PTX text, a cubin, a fatbin nor an AMDGPU code object".into())
         }
-        Err(_) => Err("not PTX (no `.version` directive first) and not a cubin, fatbin or ELF code object".into()),
+        Err(e) => Err(format!(
+            "not PTX and not a cubin, fatbin or ELF code object ({})",
+            match e {
+                CudaError::NotPtx { reason } => reason,
+                e => e.to_string(),
+            }
+        )),
     }
 }
 
@@ -423,12 +431,18 @@ mod tests {
         elf[..4].copy_from_slice(b"\x7fELF");
         elf[18] = 224;
         assert_eq!(image_kind(&elf), Ok(ImageKind::AmdgpuCodeObject));
-        elf[18] = 190; // EM_CUDA: a cubin
+        elf[18] = 190; // EM_CUDA: a cubin (ELF64, little-endian, no tables)
+        (elf[4], elf[5]) = (2, 1);
         assert_eq!(image_kind(&elf), Ok(ImageKind::Cuda));
+        elf[0x28] = 0xff; // a section table past the end
+        assert!(image_kind(&elf).unwrap_err().starts_with("a damaged cubin: "));
         elf[18] = 62;
         assert!(image_kind(&elf).unwrap_err().contains("neither an AMDGPU code object"));
-        let fatbin = [0x50, 0xED, 0x55, 0xBA, 1, 0, 0x10, 0];
+        let mut fatbin = vec![0x50, 0xED, 0x55, 0xBA, 1, 0, 0x10, 0];
+        fatbin.extend_from_slice(&0u64.to_le_bytes()); // an empty body
         assert_eq!(image_kind(&fatbin), Ok(ImageKind::Cuda));
+        fatbin[8] = 1; // a body past the end
+        assert!(image_kind(&fatbin).unwrap_err().starts_with("a damaged fatbin: "));
         assert!(image_kind(b"hello").unwrap_err().contains("not PTX"));
         assert!(image_kind(&[0xff, 0xfe]).unwrap_err().contains("neither PTX text"));
     }

@@ -12,15 +12,26 @@ const EM_CUDA: u16 = 190;
 const FATBIN_MAGIC: [u8; 4] = [0x50, 0xED, 0x55, 0xBA];
 /// `st_other` bit of a cubin's symbol that is a kernel entry point.
 const STO_CUDA_ENTRY: u8 = 0x10;
+/// ELF section types (`sh_type`) the checks look at.
+const SHT_SYMTAB: u32 = 2;
+const SHT_STRTAB: u32 = 3;
+const SHT_RELA: u32 = 4;
+const SHT_HASH: u32 = 5;
+const SHT_DYNAMIC: u32 = 6;
+const SHT_NOBITS: u32 = 8;
+const SHT_REL: u32 = 9;
+const SHT_DYNSYM: u32 = 11;
 
-/// A kernel image, borrowed from the bytes it was recognised in.
+/// A kernel image, borrowed from the bytes it was recognised in. Only
+/// [`Image::recognize`] makes one outside this crate (the variants are
+/// `#[non_exhaustive]`), so every image has passed its checks.
 ///
 /// ```
 /// # use rpc_runtime as gpu_rpc;
 /// use gpu_rpc::cuda::Image;
 /// let ptx = b"//\n.version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k() { ret; }\n";
 /// let image = Image::recognize(ptx)?;
-/// assert!(matches!(image, Image::Ptx(_)));
+/// assert!(matches!(image, Image::Ptx { .. }));
 /// assert_eq!(image.entries(), Some(vec!["k".to_string()]));
 /// assert!(Image::recognize(b"hello").is_err());
 /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
@@ -28,10 +39,13 @@ const STO_CUDA_ENTRY: u8 = 0x10;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Image<'a> {
     /// PTX text.
+    #[non_exhaustive]
     Ptx(&'a str),
     /// A cubin: an ELF file whose `e_machine` is `EM_CUDA`.
+    #[non_exhaustive]
     Cubin(&'a [u8]),
     /// A fatbin: cubins and PTX for several architectures in one file.
+    #[non_exhaustive]
     Fatbin(&'a [u8]),
 }
 
@@ -41,6 +55,16 @@ impl<'a> Image<'a> {
     /// them, saying why). A cubin or fatbin whose tables or sizes reach past
     /// its bytes is refused here ([`CudaError::BadImage`]): the driver
     /// trusts them, and reads past the end (a crash) where they lie.
+    ///
+    /// ```
+    /// # use rpc_runtime as gpu_rpc;
+    /// use gpu_rpc::cuda::{CudaError, Image};
+    /// // A fatbin's magic word with a body that reaches past the bytes.
+    /// let mut fatbin = vec![0x50, 0xED, 0x55, 0xBA, 1, 0, 16, 0];
+    /// fatbin.extend_from_slice(&4096u64.to_le_bytes());
+    /// let e = Image::recognize(&fatbin).unwrap_err();
+    /// assert!(matches!(e, CudaError::BadImage { kind: "fatbin", .. }), "{e}");
+    /// ```
     pub fn recognize(bytes: &'a [u8]) -> Result<Image<'a>, CudaError> {
         let damaged = |kind: &'static str| move |reason: String| CudaError::BadImage { kind, reason };
         if bytes.starts_with(&FATBIN_MAGIC) {
@@ -72,15 +96,32 @@ impl<'a> Image<'a> {
     /// `.entry` names of PTX, the entry symbols of a cubin; `None` for a
     /// fatbin, whose cubins may be compressed (the loaded module asks the
     /// driver instead) and for a cubin whose symbol table cannot be read.
+    ///
+    /// ```
+    /// # use rpc_runtime as gpu_rpc;
+    /// let ptx = b".version 8.0\n.target sm_90\n.visible .entry a() { ret; }\n.entry b() { ret; }\n";
+    /// let image = gpu_rpc::cuda::Image::recognize(ptx)?;
+    /// assert_eq!(image.entries(), Some(vec!["a".to_string(), "b".to_string()]));
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
+    /// ```
     pub fn entries(&self) -> Option<Vec<String>> {
         match self {
             Image::Ptx(text) => Some(ptx_entries(text)),
-            Image::Cubin(elf) => cubin_entries(elf),
+            // (Checked again: inside this crate a cubin could be named
+            // without `recognize`.)
+            Image::Cubin(elf) => check_cubin(elf).ok().and_then(|()| cubin_entries(elf)),
             Image::Fatbin(_) => None,
         }
     }
 
     /// What the image is, for messages: `"PTX"`, `"cubin"` or `"fatbin"`.
+    ///
+    /// ```
+    /// # use rpc_runtime as gpu_rpc;
+    /// let image = gpu_rpc::cuda::Image::recognize(b".version 8.0\n.target sm_90\n")?;
+    /// assert_eq!(image.kind(), "PTX");
+    /// # Ok::<(), gpu_rpc::cuda::CudaError>(())
+    /// ```
     pub fn kind(&self) -> &'static str {
         match self {
             Image::Ptx(_) => "PTX",
@@ -144,24 +185,30 @@ pub(super) fn ptx_entries(text: &str) -> Vec<String> {
 struct Elf<'a>(&'a [u8]);
 
 impl Elf<'_> {
+    fn bytes<const N: usize>(&self, at: usize) -> Option<[u8; N]> {
+        self.0.get(at..at.checked_add(N)?)?.try_into().ok()
+    }
     fn u8(&self, at: usize) -> Option<u8> {
         self.0.get(at).copied()
     }
     fn u16(&self, at: usize) -> Option<u16> {
-        Some(u16::from_le_bytes(self.0.get(at..at + 2)?.try_into().ok()?))
+        self.bytes(at).map(u16::from_le_bytes)
     }
     fn u32(&self, at: usize) -> Option<u32> {
-        Some(u32::from_le_bytes(self.0.get(at..at + 4)?.try_into().ok()?))
+        self.bytes(at).map(u32::from_le_bytes)
     }
     fn u64(&self, at: usize) -> Option<usize> {
-        usize::try_from(u64::from_le_bytes(self.0.get(at..at + 8)?.try_into().ok()?)).ok()
+        self.bytes(at).and_then(|b| usize::try_from(u64::from_le_bytes(b)).ok())
     }
 }
 
-/// Check that a cubin's header, program headers and sections lie within
-/// its bytes (ELF64, little-endian), so the driver never reads past them.
+/// Check a cubin's structure (ELF64, little-endian): its program and
+/// section header tables, every segment and section lie within its bytes,
+/// no extended numbering, links between sections name sections that exist,
+/// string tables end with NUL. What is inside a section (machine code, the
+/// driver's own notes) is the driver's to read; this keeps its table walks
+/// inside the file.
 pub(super) fn check_cubin(bytes: &[u8]) -> Result<(), String> {
-    const SHT_NOBITS: u32 = 8;
     let elf = Elf(bytes);
     let cut = || "cut short: its ELF header is incomplete".to_string();
     if elf.u8(4).ok_or_else(cut)? != 2 || elf.u8(5).ok_or_else(cut)? != 1 {
@@ -197,19 +244,39 @@ pub(super) fn check_cubin(bytes: &[u8]) -> Result<(), String> {
     }
     within(phoff, phnum, phentsize, "program headers")?;
     within(shoff, shnum, shentsize, "section headers")?;
+    // No extended numbering (a count or index kept in section 0), which a
+    // cubin never needs.
+    let shstrndx = half(0x3e, "e_shstrndx")?;
+    if (shnum == 0 && shoff != 0) || (shnum > 0 && shstrndx >= shnum) {
+        return Err(format!(
+            "its section count ({shnum}) or name table index ({shstrndx}) is out of range"
+        ));
+    }
     for i in 0..phnum {
         let ph = phoff + i * phentsize;
         within(field(ph + 8, "p_offset")?, 1, field(ph + 0x20, "p_filesz")?, "segment")?;
     }
     for i in 0..shnum {
         let sh = shoff + i * shentsize;
-        if elf.u32(sh + 4).ok_or_else(cut)? != SHT_NOBITS {
-            within(
-                field(sh + 0x18, "sh_offset")?,
-                1,
-                field(sh + 0x20, "sh_size")?,
-                "section",
-            )?;
+        let kind = elf.u32(sh + 4).ok_or_else(cut)?;
+        if kind == SHT_NOBITS {
+            continue;
+        }
+        let (offset, size) = (field(sh + 0x18, "sh_offset")?, field(sh + 0x20, "sh_size")?);
+        within(offset, 1, size, "section")?;
+        // Tables that name another section (symbols, relocations, hashes,
+        // dynamic entries) name one that exists.
+        let link = elf.u32(sh + 0x28).ok_or_else(cut)? as usize;
+        if matches!(
+            kind,
+            SHT_SYMTAB | SHT_RELA | SHT_HASH | SHT_DYNAMIC | SHT_REL | SHT_DYNSYM
+        ) && link >= shnum
+        {
+            return Err(format!("its section {i} links to section {link} of {shnum}"));
+        }
+        // A string table ends its last string.
+        if kind == SHT_STRTAB && size > 0 && bytes[offset + size - 1] != 0 {
+            return Err(format!("its string table (section {i}) does not end with NUL"));
         }
     }
     Ok(())
@@ -262,7 +329,6 @@ fn elf_machine(bytes: &[u8]) -> Option<u16> {
 /// marked `STO_CUDA_ENTRY`, named from the symbol table's string table.
 /// `None` when the file is not such an ELF or a table lies outside it.
 pub(super) fn cubin_entries(bytes: &[u8]) -> Option<Vec<String>> {
-    const SHT_SYMTAB: u32 = 2;
     const STT_FUNC: u8 = 2;
     let elf = Elf(bytes);
     // ELFCLASS64, little-endian.
@@ -419,6 +485,21 @@ mod tests {
         let shoff = u64::from_le_bytes(big[0x28..0x30].try_into().unwrap()) as usize;
         big[shoff + 64 + 0x20..shoff + 64 + 0x28].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(damaged(&big, "cubin", "section"));
+        // Extended numbering, a name table that does not exist, a symbol
+        // table linked to a section that does not exist, a string table
+        // that does not end its last string.
+        let mut ext = elf.clone();
+        ext[0x3c..0x3e].copy_from_slice(&0u16.to_le_bytes());
+        assert!(damaged(&ext, "cubin", "out of range"));
+        let mut names = elf.clone();
+        names[0x3e..0x40].copy_from_slice(&3u16.to_le_bytes());
+        assert!(damaged(&names, "cubin", "out of range"));
+        let mut link = elf.clone();
+        link[shoff + 128 + 0x28..shoff + 128 + 0x2c].copy_from_slice(&7u32.to_le_bytes());
+        assert!(damaged(&link, "cubin", "links to section 7"));
+        let mut unended = elf.clone();
+        unended[64 + 2] = b'x'; // the NUL after "k" (strings at 64: "\0k\0")
+        assert!(damaged(&unended, "cubin", "does not end with NUL"));
 
         let fat = fatbin(&elf);
         assert!(damaged(&fat[..fat.len() - 1], "fatbin", "reach past"));

@@ -105,12 +105,18 @@ impl Module {
             CudaError::NotPtx { reason } => CudaError::NotPtx {
                 reason: format!("{}: {reason}", path.display()),
             },
+            CudaError::BadImage { kind, reason } => CudaError::BadImage {
+                kind,
+                reason: format!("{}: {reason}", path.display()),
+            },
             e => e,
         })
     }
 
     /// Hand `image` to the driver (`cuModuleLoadDataEx`, with a buffer for
-    /// the JIT compiler's error log).
+    /// the JIT compiler's error log). Private: the driver trusts an image's
+    /// sizes, so every image comes from [`Image::recognize`] (or PTX
+    /// through `check_ptx`), which checked them.
     fn load(device: &CudaDevice, image: Image<'_>) -> Result<Module, CudaError> {
         // The driver reads PTX up to its NUL; cubins and fatbins carry their
         // own sizes.
