@@ -5,8 +5,9 @@
 //! * [`CudaRegion`] — the shared region in pinned, mapped host memory, the
 //!   client lock words in device memory and the server lock words in host
 //!   memory; [`CudaRegion::client_desc`] is what a kernel receives.
-//! * [`Module`] / [`Kernel`] — PTX text loaded with `cuModuleLoadDataEx`, and
-//!   one of its entry points.
+//! * [`Module`] / [`Kernel`] — a kernel image ([`Image`]: PTX text, a cubin
+//!   or a fatbin) loaded with `cuModuleLoadDataEx`, and one of its entry
+//!   points.
 //! * [`launch`] / [`launch_with_region`] / [`launch_many`] — launch a kernel
 //!   (or several, on one GPU or several) whose first parameter is a
 //!   [`ClientDesc`](crate::protocol::ClientDesc) on a non-blocking stream and serve its calls on host

@@ -516,6 +516,29 @@ mod tests {
         assert!(damaged(&inner, "fatbin", "the cubin at 0x50"));
     }
 
+    proptest::proptest! {
+        /// A valid cubin or fatbin with bytes overwritten and cut anywhere:
+        /// `recognize` and `entries` answer (an image or an error), never
+        /// panic or read out of bounds.
+        #[test]
+        fn damaged_images_never_panic(
+            fat in proptest::bool::ANY,
+            writes in proptest::collection::vec((0usize..2048, proptest::num::u8::ANY), 0..8),
+            cut in 0usize..2048,
+        ) {
+            let elf = cubin(&[("k1", 0x12, STO_CUDA_ENTRY), ("k2", 0x12, STO_CUDA_ENTRY)]);
+            let mut bytes = if fat { fatbin(&elf) } else { elf };
+            let n = bytes.len();
+            for (at, b) in writes {
+                bytes[at % n] = b;
+            }
+            bytes.truncate(n - cut % n);
+            if let Ok(image) = Image::recognize(&bytes) {
+                let _ = (image.entries(), image.kind());
+            }
+        }
+    }
+
     #[test]
     fn images_are_recognised_by_their_first_bytes() {
         let entry = |name| (name, 0x12, STO_CUDA_ENTRY); // GLOBAL FUNC, entry
