@@ -38,6 +38,26 @@ if [ -n "$ptxas" ] && [ -x "$ptxas" ]; then
 else
   echo "no ptxas (pip install nvidia-cuda-nvcc, or set PTXAS): no kernels.cubin, gpu-check.sh skips its cubin steps"
 fi
+# The CUDA backend's GPU tests, as standalone executables.
+cargo test --release -p rpc-runtime --features cuda --no-run --message-format=json 2>/dev/null |
+  python3 -c 'import json,sys
+for l in sys.stdin:
+    try: m=json.loads(l)
+    except Exception: continue
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"].startswith("cuda"):
+        print(m["executable"])' |
+  while read -r exe; do cp "$exe" "$out/test-$(basename "$exe" | sed 's/-[0-9a-f]*$//')"; done
+# The host's own cost per warp-call (benches/host.rs, no GPU), run by
+# gpu-check.sh --bench on the GPU machine's host in the same run as the GPU
+# numbers.
+cargo bench --bench host --no-run --message-format=json 2>/dev/null |
+  python3 -c 'import json,sys
+for l in sys.stdin:
+    try: m=json.loads(l)
+    except Exception: continue
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]=="host":
+        print(m["executable"])' |
+  while read -r exe; do cp "$exe" "$out/host-bench"; done
 for f in "$out"/*; do case "$f" in *.ptx|*.cu|*.sh|*.cubin|*.fatbin) ;; *) strip --strip-debug "$f" ;; esac; done
 cp scripts/gpu-check.sh "$out/"
 ls -la "$out"

@@ -16,10 +16,14 @@ step "device"
 nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader || true
 
 step "CUDA backend tests (rpc-runtime)"
+ran=0
 for t in "$dir"/test-cuda_*; do
   [ -x "$t" ] || continue
   GPU_RPC_TEST_PTX="$dir/kernels.ptx" expect 0 "$t" --test-threads=1
+  ran=$((ran + 1))
 done
+# gpu-build.sh always copies them: none here is a broken build, not a pass.
+if [ "$ran" = 0 ]; then echo "FAIL: no CUDA backend test binaries (test-cuda_*) in $dir"; fail=1; fi
 
 step "gpu_check: seeds' test, port counts, partial warps, printing, streams"
 expect 0 "$dir/gpu_check"
