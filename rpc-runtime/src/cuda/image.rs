@@ -107,9 +107,7 @@ impl<'a> Image<'a> {
     pub fn entries(&self) -> Option<Vec<String>> {
         match self {
             Image::Ptx(text) => Some(ptx_entries(text)),
-            // (Checked again: inside this crate a cubin could be named
-            // without `recognize`.)
-            Image::Cubin(elf) => check_cubin(elf).ok().and_then(|()| cubin_entries(elf)),
+            Image::Cubin(elf) => cubin_entries(elf),
             Image::Fatbin(_) => None,
         }
     }
@@ -327,7 +325,8 @@ fn elf_machine(bytes: &[u8]) -> Option<u16> {
 
 /// The entry symbols of a cubin (ELF64, little-endian): function symbols
 /// marked `STO_CUDA_ENTRY`, named from the symbol table's string table.
-/// `None` when the file is not such an ELF or a table lies outside it.
+/// `None` when the file is not such an ELF or a table lies outside it: it
+/// reads any bytes safely, checked by [`check_cubin`] or not.
 pub(super) fn cubin_entries(bytes: &[u8]) -> Option<Vec<String>> {
     const STT_FUNC: u8 = 2;
     let elf = Elf(bytes);
@@ -339,7 +338,13 @@ pub(super) fn cubin_entries(bytes: &[u8]) -> Option<Vec<String>> {
     if shentsize < 0x40 {
         return None;
     }
-    let section = |i: usize| -> Option<usize> { shoff.checked_add(i.checked_mul(shentsize)?) };
+    // Where section header `i` starts, if inside the file (so the field
+    // offsets added to it below cannot overflow).
+    let section = |i: usize| -> Option<usize> {
+        shoff
+            .checked_add(i.checked_mul(shentsize)?)
+            .filter(|&at| at <= bytes.len())
+    };
     let mut names = Vec::new();
     for i in 0..shnum {
         let sh = section(i)?;
@@ -359,7 +364,7 @@ pub(super) fn cubin_entries(bytes: &[u8]) -> Option<Vec<String>> {
             return None;
         }
         for k in 0..size / entsize {
-            let sym = offset.checked_add(k * entsize)?;
+            let sym = offset.checked_add(k * entsize).filter(|&at| at <= bytes.len())?;
             let (name, info, other) = (elf.u32(sym)? as usize, elf.u8(sym + 4)?, elf.u8(sym + 5)?);
             if info & 0xf != STT_FUNC || other & STO_CUDA_ENTRY == 0 {
                 continue;
@@ -518,8 +523,8 @@ mod tests {
 
     proptest::proptest! {
         /// A valid cubin or fatbin with bytes overwritten and cut anywhere:
-        /// `recognize` and `entries` answer (an image or an error), never
-        /// panic or read out of bounds.
+        /// `recognize`, `entries` and the symbol reader answer (an image, an
+        /// error, `None`), never panic or read out of bounds.
         #[test]
         fn damaged_images_never_panic(
             fat in proptest::bool::ANY,
@@ -536,6 +541,8 @@ mod tests {
             if let Ok(image) = Image::recognize(&bytes) {
                 let _ = (image.entries(), image.kind());
             }
+            // The symbol reader on its own, unchecked bytes included.
+            let _ = cubin_entries(&bytes);
         }
     }
 

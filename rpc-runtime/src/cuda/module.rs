@@ -97,10 +97,7 @@ impl Module {
     /// ```
     pub fn from_file(device: &CudaDevice, path: impl AsRef<Path>) -> Result<Module, CudaError> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| CudaError::Io {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
+        let bytes = read_file(path)?;
         Module::from_image(device, &bytes).map_err(|e| match e {
             CudaError::NotPtx { reason } => CudaError::NotPtx {
                 reason: format!("{}: {reason}", path.display()),
@@ -221,10 +218,7 @@ impl Module {
     /// ```
     pub fn from_ptx_file(device: &CudaDevice, path: impl AsRef<Path>) -> Result<Module, CudaError> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| CudaError::Io {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
+        let bytes = read_file(path)?;
         let text = String::from_utf8(bytes).map_err(|_| CudaError::NotPtx {
             reason: format!(
                 "{} is not UTF-8 text (a cubin or fatbin? `Module::from_file` loads those)",
@@ -308,6 +302,15 @@ impl Drop for Module {
         // the module, so none outlives it. Errors (sticky context) are ignored.
         let _ = raw_guard("unloading a module", || unsafe { result::module::unload(raw) });
     }
+}
+
+/// The bytes of an image file ([`CudaError::Io`] naming it when it cannot
+/// be read).
+fn read_file(path: &Path) -> Result<Vec<u8>, CudaError> {
+    std::fs::read(path).map_err(|e| CudaError::Io {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })
 }
 
 /// The names of a loaded module's kernels as the driver lists them
