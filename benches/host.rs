@@ -48,6 +48,7 @@ use gpu_rpc::call::{inline_start, CallDesc, FrameWord, NOOP_DESC};
 use gpu_rpc::cpu::{CpuRegion, RawDevice};
 use gpu_rpc::protocol::{Buffer, Layout};
 use gpu_rpc::server::{Dispatcher, ServerConfig};
+use gpu_rpc::services::{Fd, StdHost, StdHostConfig, StdRpc, StdServer};
 use gpu_rpc::{gpu_rpc, Status};
 
 /// The service the synthetic device calls.
@@ -102,6 +103,10 @@ enum Workload {
     /// The same with the text inline in the frame packet (what the stub
     /// sends when every lane's text fits).
     LineInline,
+    /// The standard services' `Std::write` of a 40-byte line to stdout,
+    /// inline, into an unbuffered `/dev/null` (a `write` system call per
+    /// hand-on, as a line-buffered stdout makes one per line).
+    StdLine,
 }
 
 impl Workload {
@@ -111,6 +116,7 @@ impl Workload {
             Workload::Incr => "generated `incr`",
             Workload::Line => "generated `line(&str)`, 40 bytes, in a stream packet",
             Workload::LineInline => "generated `line(&str)`, 40 bytes, inline",
+            Workload::StdLine => "`Std::write` of a 40-byte line to an unbuffered stdout, inline",
         }
     }
 
@@ -119,6 +125,7 @@ impl Workload {
             Workload::Noop => &NOOP_DESC,
             Workload::Incr => SynthRpc::INCR,
             Workload::Line | Workload::LineInline => SynthRpc::LINE,
+            Workload::StdLine => StdRpc::WRITE,
         }
     }
 
@@ -152,6 +159,18 @@ impl Workload {
                 let at = 8 + inline_start(8);
                 b.bytes_mut()[at..at + LINE.len()].copy_from_slice(LINE);
             }
+            (Workload::StdLine, _) => {
+                b.data[0] = FrameWord {
+                    inline_streams: true,
+                    ..self.desc().frame_word()
+                }
+                .pack();
+                // The block: the text's length, then the fd.
+                b.data[1] = LINE.len() as u64;
+                b.bytes_mut()[16..20].copy_from_slice(&Fd::STDOUT.0.to_le_bytes());
+                let at = 8 + inline_start(self.desc().block_len());
+                b.bytes_mut()[at..at + LINE.len()].copy_from_slice(LINE);
+            }
             _ => {
                 b.data[0] = self.desc().frame_word().pack();
                 b.data[1] = n + lane as u64;
@@ -169,7 +188,7 @@ impl Workload {
             "{}: lane {lane}",
             self.name()
         );
-        if !matches!(self, Workload::Line | Workload::LineInline) {
+        if !matches!(self, Workload::Line | Workload::LineInline | Workload::StdLine) {
             assert_eq!(
                 dev.reply_word(port, lane, 1),
                 n + lane as u64 + 1,
@@ -198,6 +217,12 @@ fn dispatcher(metrics: bool) -> Dispatcher {
         ..ServerConfig::default()
     });
     d.add(SynthServer(Host)).expect("one service");
+    let null = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/null")
+        .expect("/dev/null");
+    d.add(StdServer(StdHost::new(StdHostConfig::default().stdout(null))))
+        .expect("the standard services' opcodes are their own");
     d
 }
 
@@ -465,6 +490,7 @@ fn main() {
         (Workload::Incr, 1, 512, true),
         (Workload::Incr, 64, 512, true),
         (Workload::LineInline, 32, 512, true),
+        (Workload::StdLine, 32, 512, true),
     ] {
         if !wanted(w) || lanes_only.is_some_and(|n| n != lanes) {
             continue;

@@ -135,7 +135,12 @@ if [ "$bench" = 1 ]; then
   "$dir/gpu_bench" all || fail=1
   step "printing: gpu_rpc print_stderr vs CUDA printf, 100096 lines each, to a file"
   "$dir/gpu_bench" print-rpc /tmp/print-rpc.txt || fail=1
-  wc -l /tmp/print-rpc.txt
+  # Four launches with a lock per line: every thread's line four times, whole.
+  if [ "$(wc -l < /tmp/print-rpc.txt)" = 400384 ] && [ "$(sort -u /tmp/print-rpc.txt | grep -c '^thread [0-9]* says hello$')" = 100096 ]; then
+    echo "ok: 400384 lines, every thread's line whole"
+  else
+    echo "FAIL: print-rpc wrote $(wc -l < /tmp/print-rpc.txt) lines, $(sort -u /tmp/print-rpc.txt | wc -l) distinct (expected 400384, 100096)"; fail=1
+  fi
   if command -v nvcc >/dev/null; then
     nvcc -arch=sm_90 -ptx -o /tmp/printf_baseline.ptx "$dir/printf_baseline.cu" &&
       "$dir/gpu_bench" print-cuda /tmp/printf_baseline.ptx > /tmp/print-cuda.txt || fail=1

@@ -147,6 +147,8 @@ mod preallocate;
 mod print;
 #[cfg(feature = "std")]
 mod sandbox;
+#[cfg(feature = "std")]
+mod sink;
 pub use args::{args, str_from_ptr, Args};
 #[cfg(feature = "std")]
 pub use client::with_client;
@@ -332,9 +334,19 @@ pub mod flags {
 pub trait Std {
     /// Write `bytes` to the host's stdout ([`Fd::STDOUT`]) or stderr
     /// ([`Fd::STDERR`]) sink, all of them, in one piece (lines written by one
-    /// call are never interleaved with others). Other fds give `EBADF`; a
-    /// failing sink gives its error. The print macros make one such call per
-    /// line.
+    /// call are never interleaved with others). Other fds give `EBADF`. The
+    /// print macros make one such call per line.
+    ///
+    /// [`StdHost`] hands the lines of one warp's call to the sink together,
+    /// in lane order, in one `write_all` under one lock (a write of more
+    /// than 4 KiB goes on its own, after the lines before it), once the call's
+    /// last lane has run and before the call returns (so one `write` system
+    /// call per warp-call on a line-buffered stdout, and server threads do
+    /// not queue on the sink's lock line by line). A failing sink's error
+    /// goes to the lane that handed the lines on (the call's last writer);
+    /// the earlier lanes of the call get `Ok`. Where a lane after the last
+    /// writer failed before writing, the lines are handed on at the call's
+    /// end and an error comes back from the sink's next write or flush.
     #[gpu_rpc(opcode = 0x1_0000)]
     fn write(&self, stream: Fd, bytes: &[u8]) -> Result<(), IoError>;
 

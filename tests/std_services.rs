@@ -9,6 +9,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use gpu_rpc::assert_disjoint_opcodes;
 use gpu_rpc::cpu::{self, Launch, Report};
@@ -194,6 +195,163 @@ fn a_failing_sink_gives_an_io_error_value() {
     run_std(&d, 1, |_| {
         assert_eq!(services::write(Fd::STDOUT, b"x"), Err(IoError::EPIPE));
         gpu_println!("ignored: the macros drop the host's IoError");
+    });
+}
+
+// ---------------------------------------------------------------------------
+// The lines of one warp's call reach a sink together.
+
+/// A sink that counts its `write` calls and keeps the bytes; `fail_first`
+/// makes its first write fail.
+#[derive(Clone, Default)]
+struct Counted {
+    seen: Arc<Mutex<(usize, Vec<u8>)>>,
+    fail_first: bool,
+}
+
+impl std::io::Write for Counted {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let mut seen = self.seen.lock().unwrap();
+        seen.0 += 1;
+        if self.fail_first && seen.0 == 1 {
+            return Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        }
+        seen.1.extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One call of `desc` on port 0 of a 32-lane region, as a device makes it:
+/// lane `l` sends `block(l)` and then `text(l)` inline in packet 0. Each
+/// lane's status.
+fn warp_call(
+    d: &Dispatcher,
+    desc: &gpu_rpc::CallDesc,
+    lanes: u32,
+    block: impl Fn(u32) -> Vec<u8>,
+    text: impl Fn(u32) -> Vec<u8>,
+) -> Vec<Status> {
+    use gpu_rpc::call::{inline_start, FrameWord};
+    use gpu_rpc::cpu::{CpuRegion, RawDevice};
+    use gpu_rpc::protocol::{Buffer, Layout};
+    let region = CpuRegion::new(Layout::new(1, 32).unwrap());
+    // SAFETY: no client uses the region; the server validates what it reads.
+    let dev = unsafe { RawDevice::new(&region) };
+    let word = FrameWord {
+        inline_streams: true,
+        ..desc.frame_word()
+    }
+    .pack();
+    let packets: Vec<(u32, Buffer)> = (0..lanes)
+        .map(|l| {
+            let (block, text) = (block(l), text(l));
+            let mut b = Buffer::default();
+            b.data[0] = word;
+            b.bytes_mut()[8..8 + block.len()].copy_from_slice(&block);
+            let at = 8 + inline_start(desc.block_len());
+            b.bytes_mut()[at..at + text.len()].copy_from_slice(&text);
+            (l, b)
+        })
+        .collect();
+    dev.inject(0, desc.opcode, (1u64 << lanes) - 1, &packets);
+    assert_eq!(d.poll(&region.server(), 0..1), Ok(1));
+    (0..lanes).map(|l| dev.status(0, l)).collect()
+}
+
+/// `Std::write(STDOUT, text)`'s argument block: the text's length, the fd.
+fn write_block(len: usize) -> Vec<u8> {
+    let mut b = (len as u64).to_le_bytes().to_vec();
+    b.extend(Fd::STDOUT.0.to_le_bytes());
+    b
+}
+
+/// `Std::print(STDOUT, PRINT_NEWLINE, format, [], [])`'s argument block.
+fn print_block(format_len: usize) -> Vec<u8> {
+    let mut b = (format_len as u64).to_le_bytes().to_vec();
+    b.extend(0u64.to_le_bytes());
+    b.extend(0u64.to_le_bytes());
+    b.extend(Fd::STDOUT.0.to_le_bytes());
+    b.extend(services::PRINT_NEWLINE.to_le_bytes());
+    b
+}
+
+fn std_dispatcher(sink: &Counted) -> Dispatcher {
+    let host = StdHost::new(
+        StdHostConfig::default()
+            .exit_mode(ExitMode::Record)
+            .stdout(sink.clone()),
+    );
+    let mut d = Dispatcher::new(ServerConfig {
+        log_errors: false,
+        ..ServerConfig::default()
+    });
+    d.add(StdServer(host)).unwrap();
+    d
+}
+
+/// 32 lanes write a line each in one call: the sink gets them in lane
+/// order in one write (one lock and one system call per warp-call, not per
+/// line).
+#[test]
+fn a_warps_lines_reach_the_sink_in_one_write() {
+    let sink = Counted::default();
+    let d = std_dispatcher(&sink);
+    let line = |l: u32| format!("lane {l:02}\n").into_bytes();
+    let statuses = warp_call(&d, StdRpc::WRITE, 32, |l| write_block(line(l).len()), line);
+    assert_eq!(statuses, [Status::Ok; 32]);
+    let seen = sink.seen.lock().unwrap();
+    let want: String = (0..32).map(|l| format!("lane {l:02}\n")).collect();
+    assert_eq!(String::from_utf8_lossy(&seen.1), want);
+    assert_eq!(seen.0, 1, "writes the sink saw");
+}
+
+/// The last lane's format is not UTF-8, so it fails after the others
+/// printed: their lines are handed on at the call's end, together.
+#[test]
+fn lines_before_a_failing_last_lane_are_written_at_the_calls_end() {
+    let sink = Counted::default();
+    let d = std_dispatcher(&sink);
+    let format = |l: u32| {
+        if l == 2 {
+            vec![0xff, 0xfe]
+        } else {
+            format!("lane {l}").into_bytes()
+        }
+    };
+    let statuses = warp_call(&d, StdRpc::PRINT, 3, |l| print_block(format(l).len()), format);
+    assert_eq!(statuses, [Status::Ok, Status::Ok, Status::InvalidArgument]);
+    let seen = sink.seen.lock().unwrap();
+    assert_eq!(String::from_utf8_lossy(&seen.1), "lane 0\nlane 1\n");
+    assert_eq!(seen.0, 1, "writes the sink saw");
+}
+
+/// A sink that fails while lines are handed on at a call's end: the error
+/// comes back from the sink's next flush, once.
+#[test]
+fn an_error_at_the_calls_end_comes_back_from_the_next_flush() {
+    let sink = Counted {
+        fail_first: true,
+        ..Counted::default()
+    };
+    let host = StdHost::new(
+        StdHostConfig::default()
+            .exit_mode(ExitMode::Record)
+            .stdout(sink.clone()),
+    );
+    let mut d = Dispatcher::new(ServerConfig {
+        log_errors: false,
+        ..ServerConfig::default()
+    });
+    d.add(StdServer(host.clone())).unwrap();
+    let format = |l: u32| if l == 1 { vec![0xff] } else { b"kept".to_vec() };
+    let statuses = warp_call(&d, StdRpc::PRINT, 2, |l| print_block(format(l).len()), format);
+    assert_eq!(statuses, [Status::Ok, Status::InvalidArgument]);
+    run_std(&d, 1, |_| {
+        assert_eq!(services::flush(Fd::STDOUT), Err(IoError::EPIPE));
+        assert_eq!(services::flush(Fd::STDOUT), Ok(()));
     });
 }
 

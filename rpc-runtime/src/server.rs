@@ -209,6 +209,7 @@ pub enum AddError {
     },
 }
 
+mod call_end;
 mod direct;
 mod dispatcher;
 mod idle;
@@ -221,6 +222,7 @@ mod server_call;
 mod spare;
 mod zeroing;
 
+pub use call_end::{at_call_end, is_last_lane};
 pub use dispatcher::Dispatcher;
 pub use idle::{Idle, IdleBackoff, IdlePolicy, Wait, OTHERS_SLEEP_FACTOR};
 pub use pool::{serve_pool, Served};

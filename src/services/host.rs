@@ -10,6 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::preallocate::Preallocate;
 use super::sandbox::{Access, Sandbox};
+use super::sink::Sink;
 use super::{flags, Fd, IoError, Std};
 
 /// How many [`DevicePanic`]s a [`StdHost`] keeps (later ones are counted in
@@ -319,8 +320,8 @@ struct OpenFile {
 }
 
 struct Inner {
-    stdout: Mutex<Box<dyn Write + Send>>,
-    stderr: Mutex<Box<dyn Write + Send>>,
+    stdout: Arc<Sink>,
+    stderr: Arc<Sink>,
     exit_mode: ExitMode,
     files: FileAccess,
     sandbox: Sandbox,
@@ -399,8 +400,8 @@ impl StdHost {
         }
         StdHost {
             inner: Arc::new(Inner {
-                stdout: Mutex::new(config.stdout),
-                stderr: Mutex::new(stderr),
+                stdout: Sink::new(config.stdout),
+                stderr: Sink::new(stderr),
                 exit_mode: config.exit,
                 files: config.files,
                 sandbox,
@@ -448,12 +449,12 @@ impl StdHost {
 
     /// Flush both sinks.
     pub fn flush(&self) -> io::Result<()> {
-        let a = lock(&self.inner.stdout).flush();
-        let b = lock(&self.inner.stderr).flush();
-        a.and(b)
+        let a = self.inner.stdout.flush();
+        let b = self.inner.stderr.flush();
+        a.and(b).map_err(io::Error::from)
     }
 
-    fn sink(&self, stream: Fd) -> Result<&Mutex<Box<dyn Write + Send>>, IoError> {
+    fn sink(&self, stream: Fd) -> Result<&Arc<Sink>, IoError> {
         match stream {
             Fd::STDOUT => Ok(&self.inner.stdout),
             Fd::STDERR => Ok(&self.inner.stderr),
@@ -525,8 +526,7 @@ impl std::error::Error for IoError {}
 
 impl Std for StdHost {
     fn write(&self, stream: Fd, bytes: &[u8]) -> Result<(), IoError> {
-        let sink = self.sink(stream)?;
-        lock(sink).write_all(bytes).map_err(IoError::from)
+        self.sink(stream)?.write(bytes)
     }
 
     fn print(&self, stream: Fd, flags: u32, format: &str, args: &[u64], text: &[u8]) -> Result<(), IoError> {
@@ -537,12 +537,11 @@ impl Std for StdHost {
             line.mark_truncated();
         }
         let line = line.finish(flags & super::PRINT_NEWLINE != 0);
-        lock(sink).write_all(line.as_bytes()).map_err(IoError::from)
+        sink.write(line.as_bytes())
     }
 
     fn flush(&self, stream: Fd) -> Result<(), IoError> {
-        let sink = self.sink(stream)?;
-        lock(sink).flush().map_err(IoError::from)
+        self.sink(stream)?.flush()
     }
 
     fn exit(&self, code: i32) -> ! {
@@ -583,9 +582,10 @@ impl Std for StdHost {
             thread,
         };
         if self.inner.print_panics {
-            let mut err = lock(&self.inner.stderr);
-            let _ = writeln!(err, "{p}");
-            let _ = err.flush();
+            self.inner.stderr.with_writer(|err| {
+                let _ = writeln!(err, "{p}");
+                let _ = err.flush();
+            });
         }
         // Relaxed: a statistic.
         self.inner.panic_count.fetch_add(1, Ordering::Relaxed);
@@ -719,7 +719,7 @@ impl Std for StdHost {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        let _ = lock(&self.stdout).flush();
-        let _ = lock(&self.stderr).flush();
+        let _ = self.stdout.flush();
+        let _ = self.stderr.flush();
     }
 }

@@ -409,9 +409,16 @@ impl Dispatcher {
                 Some((s, m, info)) => {
                     let service = &self.services[s];
                     // `ServerCall::run` catches a panicking host method; this
-                    // catches a hand-written `dispatch` that panics outside it.
-                    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| service.dispatch(m, &mut call))) {
-                        let msg = panic_message(&*payload);
+                    // catches a hand-written `dispatch` that panics outside it,
+                    // and `call_end` work that the methods left and that panics.
+                    let (dispatched, deferred) =
+                        call_end::serve(|| catch_unwind(AssertUnwindSafe(|| service.dispatch(m, &mut call))));
+                    let panicked = match (dispatched, deferred) {
+                        (Err(payload), _) => Some(format!("{} panicked: {}", info.path, panic_message(&*payload))),
+                        (Ok(()), Some(msg)) => Some(format!("{} panicked at the call's end: {msg}", info.path)),
+                        (Ok(()), None) => None,
+                    };
+                    if let Some(message) = panicked {
                         let still_ok: Vec<u32> = call.lanes().collect();
                         for lane in still_ok {
                             call.fail(
@@ -419,7 +426,7 @@ impl Dispatcher {
                                 LaneError {
                                     status: Status::HandlerPanicked,
                                     detail: 0,
-                                    message: format!("{} panicked: {msg}", info.path),
+                                    message: message.clone(),
                                 },
                             );
                         }

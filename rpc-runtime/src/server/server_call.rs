@@ -489,6 +489,8 @@ impl ServerCall<'_> {
     pub fn run(&mut self, mut f: impl FnMut(&mut Self, u32) -> Result<(), LaneError>) {
         let method = self.method;
         for lane in iter_lanes(self.ok) {
+            // The lanes still to run after this one (`is_last_lane`).
+            super::call_end::set_lanes_after(Some(self.ok & !(2u64 << lane).wrapping_sub(1)));
             match catch_lane(method, || f(self, lane)) {
                 // The lane's out-buffers are final: on their way to the
                 // device while the next lanes run.
@@ -500,6 +502,7 @@ impl ServerCall<'_> {
                 Err(e) => self.fail(lane, e),
             }
         }
+        super::call_end::set_lanes_after(None);
     }
 }
 

@@ -34,7 +34,7 @@
 //! gpu_bench all                        # 1-3, 6 and 8 (`print` runs on its own)
 //! gpu_bench contention [CALLS]        # 2 alone, CALLS per thread (default 20)
 //! gpu_bench bandwidth [d2h|h2d]        # 3 alone, both directions or one
-//! gpu_bench print-rpc OUT_FILE         # 4, gpu_rpc half
+//! gpu_bench print-rpc OUT_FILE         # 4, gpu_rpc half (1, 2, 4, 8 server threads)
 //! gpu_bench print-cuda printf.ptx      # 4, CUDA printf half (stdout -> file)
 //! ```
 
@@ -777,13 +777,76 @@ impl HostServices for FilePrinter {
 const PRINT_BLOCKS: u32 = 782;
 const PRINT_THREADS: u32 = 128;
 
+/// A printer that shares no lock between server threads: each thread keeps
+/// its lines in its own buffer (what a printer that takes no shared lock
+/// per line could reach; nothing is written to a file).
+struct ThreadLocalPrinter(Arc<std::sync::atomic::AtomicU64>);
+
+std::thread_local! {
+    static LOCAL_LINES: std::cell::RefCell<(Vec<u8>, u64)> = const { std::cell::RefCell::new((Vec::new(), 0)) };
+}
+
+impl HostServices for ThreadLocalPrinter {
+    fn print_stderr(&self, msg: &str) {
+        LOCAL_LINES.with(|l| {
+            let mut l = l.borrow_mut();
+            if l.0.len() > 1 << 20 {
+                l.0.clear();
+            }
+            l.0.extend_from_slice(msg.as_bytes());
+            l.1 += 1;
+            // Every 1024 lines the count goes to the shared total (Relaxed:
+            // a count read after the launch joined the threads).
+            if l.1 == 1024 {
+                self.0.fetch_add(1024, Ordering::Relaxed);
+                l.1 = 0;
+            }
+        });
+    }
+    fn exit(&self, code: i32) -> ! {
+        std::process::exit(code)
+    }
+    fn add(&self, a: u64, b: u64) -> u64 {
+        a + b
+    }
+    fn read_block(&self, _offset: u64, _out: &mut [u8]) -> usize {
+        0
+    }
+}
+
+/// A printer that hands each line to the standard services' host
+/// ([`StdHost`](gpu_rpc::services::StdHost)), as `gpu_println!` in
+/// `gpu-run` does.
+struct StdPrinter(gpu_rpc::services::StdHost);
+
+impl HostServices for StdPrinter {
+    fn print_stderr(&self, msg: &str) {
+        use gpu_rpc::services::Std;
+        let _ = self.0.write(gpu_rpc::services::Fd::STDOUT, msg.as_bytes());
+    }
+    fn exit(&self, code: i32) -> ! {
+        std::process::exit(code)
+    }
+    fn add(&self, a: u64, b: u64) -> u64 {
+        a + b
+    }
+    fn read_block(&self, _offset: u64, _out: &mut [u8]) -> usize {
+        0
+    }
+}
+
+/// 100 096 threads print one line each, with 1, 2, 4 and 8 server threads:
+/// into one file through a printer that takes a shared lock per line (as a
+/// user's printer would); through the standard services' host into an
+/// unbuffered file (one `write` per line, as `gpu-run`'s line-buffered
+/// stdout does); then into each server thread's own memory (no shared
+/// lock), the transport's own rate.
 fn print_rpc(module: &Module, path: &str) {
     let kernel = module.kernel("rpc_print_kernel").unwrap();
     let file = std::fs::File::create(path).unwrap();
     let printer = Arc::new(FilePrinter(Mutex::new(std::io::BufWriter::new(file))));
-    for servers in [1usize, 4] {
-        let mut d = Dispatcher::new(ServerConfig::default());
-        d.add(HostServicesServer(Arc::clone(&printer))).unwrap();
+    let lines = (PRINT_BLOCKS * PRINT_THREADS) as f64;
+    let run = |d: &Dispatcher, servers: usize| {
         let cfg = Launch {
             grid: (PRINT_BLOCKS, 1, 1),
             block: (PRINT_THREADS, 1, 1),
@@ -791,16 +854,49 @@ fn print_rpc(module: &Module, path: &str) {
             ..Launch::default()
         };
         let t0 = Instant::now();
-        let r = launch(&kernel, &cfg, &d, &[KernelArg::U32(0)]).unwrap();
+        let r = launch(&kernel, &cfg, d, &[KernelArg::U32(0)]).unwrap();
+        (kernel_secs(&r), t0)
+    };
+    for servers in [1usize, 2, 4, 8] {
+        let mut d = Dispatcher::new(ServerConfig::default());
+        d.add(HostServicesServer(Arc::clone(&printer))).unwrap();
+        let (kernel, t0) = run(&d, servers);
         printer.0.lock().unwrap().flush().unwrap();
         let wall = t0.elapsed().as_secs_f64();
-        let lines = (PRINT_BLOCKS * PRINT_THREADS) as f64;
         println!(
-            "print-rpc: {} lines, {servers} server threads, kernel {:.1} ms, end to end {:.1} ms, {:.2} M lines/s end to end",
-            lines,
-            kernel_secs(&r) * 1e3,
+            "print-rpc: {lines} lines, {servers} server threads, a lock per line, kernel {:.1} ms, end to end {:.1} ms, {:.2} M lines/s end to end",
+            kernel * 1e3,
             wall * 1e3,
             lines / wall / 1e6
+        );
+    }
+    let std_path = format!("{path}.std");
+    for servers in [1usize, 2, 4, 8] {
+        let file = std::fs::File::create(&std_path).unwrap();
+        let host = gpu_rpc::services::StdHost::new(gpu_rpc::services::StdHostConfig::default().stdout(file));
+        let mut d = Dispatcher::new(ServerConfig::default());
+        d.add(HostServicesServer(StdPrinter(host))).unwrap();
+        let (kernel, t0) = run(&d, servers);
+        let wall = t0.elapsed().as_secs_f64();
+        let written = std::fs::read_to_string(&std_path).map_or(0, |t| t.lines().count());
+        println!(
+            "print-rpc: {lines} lines, {servers} server threads, the standard services' host, a write per line ({written} lines in the file), kernel {:.1} ms, end to end {:.1} ms, {:.2} M lines/s end to end",
+            kernel * 1e3,
+            wall * 1e3,
+            lines / wall / 1e6
+        );
+    }
+    for servers in [1usize, 2, 4, 8] {
+        let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut d = Dispatcher::new(ServerConfig::default());
+        d.add(HostServicesServer(ThreadLocalPrinter(Arc::clone(&count))))
+            .unwrap();
+        let (kernel, _) = run(&d, servers);
+        println!(
+            "print-rpc: {lines} lines, {servers} server threads, no shared lock (lines kept per thread, >= {} counted), kernel {:.1} ms, {:.2} M lines/s in the kernel's time",
+            count.load(Ordering::Relaxed),
+            kernel * 1e3,
+            lines / kernel / 1e6
         );
     }
 }
