@@ -141,6 +141,12 @@ if [ "$bench" = 1 ]; then
   else
     echo "FAIL: print-rpc wrote $(wc -l < /tmp/print-rpc.txt) lines, $(sort -u /tmp/print-rpc.txt | wc -l) distinct (expected 400384, 100096)"; fail=1
   fi
+  # The standard services' file of the last launch (8 server threads): every line once, whole.
+  if [ "$(wc -l < /tmp/print-rpc.txt.std)" = 100096 ] && [ "$(sort -u /tmp/print-rpc.txt.std | grep -c '^thread [0-9]* says hello$')" = 100096 ]; then
+    echo "ok: the standard services' file: 100096 lines, every thread's line once, whole"
+  else
+    echo "FAIL: the standard services' file has $(wc -l < /tmp/print-rpc.txt.std) lines, $(sort -u /tmp/print-rpc.txt.std | wc -l) distinct (expected 100096)"; fail=1
+  fi
   if command -v nvcc >/dev/null; then
     nvcc -arch=sm_90 -ptx -o /tmp/printf_baseline.ptx "$dir/printf_baseline.cu" &&
       "$dir/gpu_bench" print-cuda /tmp/printf_baseline.ptx > /tmp/print-cuda.txt || fail=1

@@ -338,15 +338,18 @@ pub trait Std {
     /// print macros make one such call per line.
     ///
     /// [`StdHost`] hands the lines of one warp's call to the sink together,
-    /// in lane order, in one `write_all` under one lock (a write of more
-    /// than 4 KiB goes on its own, after the lines before it), once the call's
+    /// in lane order, in one `write_all` under one lock, once the call's
     /// last lane has run and before the call returns (so one `write` system
     /// call per warp-call on a line-buffered stdout, and server threads do
-    /// not queue on the sink's lock line by line). A failing sink's error
-    /// goes to the lane that handed the lines on (the call's last writer);
-    /// the earlier lanes of the call get `Ok`. Where a lane after the last
-    /// writer failed before writing, the lines are handed on at the call's
-    /// end and an error comes back from the sink's next write or flush.
+    /// not queue on the sink's lock line by line). A lane writing to the
+    /// other stream first hands on what the lanes before it wrote, so a
+    /// terminal showing both streams shows them in lane order; a write of
+    /// more than 4 KiB goes on its own, after the lines before it. A
+    /// failing sink's error goes to the lane that handed the lines on (the
+    /// call's last writer), and the lanes before it get `Ok`; lines handed
+    /// on for another reason (the other stream's turn, or lanes after the
+    /// last writer that failed before writing) keep their error for the
+    /// sink's next write or flush.
     #[gpu_rpc(opcode = 0x1_0000)]
     fn write(&self, stream: Fd, bytes: &[u8]) -> Result<(), IoError>;
 

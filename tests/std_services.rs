@@ -202,15 +202,27 @@ fn a_failing_sink_gives_an_io_error_value() {
 // The lines of one warp's call reach a sink together.
 
 /// A sink that counts its `write` calls and keeps the bytes; `fail_first`
-/// makes its first write fail.
+/// makes its first write fail. It also counts the writes made after the
+/// device of the call being served (`warp_call`) already had its reply.
 #[derive(Clone, Default)]
 struct Counted {
     seen: Arc<Mutex<(usize, Vec<u8>)>>,
     fail_first: bool,
+    late: Arc<AtomicUsize>,
+}
+
+std::thread_local! {
+    /// The device `warp_call` plays on this thread (the server's `poll`
+    /// runs on it too).
+    static DEVICE: std::cell::Cell<Option<&'static gpu_rpc::cpu::RawDevice<'static>>> = const { std::cell::Cell::new(None) };
 }
 
 impl std::io::Write for Counted {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if DEVICE.with(|d| d.get().is_some_and(|d| d.owned(0))) {
+            // Relaxed: a count read after the call.
+            self.late.fetch_add(1, Ordering::Relaxed);
+        }
         let mut seen = self.seen.lock().unwrap();
         seen.0 += 1;
         if self.fail_first && seen.0 == 1 {
@@ -237,9 +249,11 @@ fn warp_call(
     use gpu_rpc::call::{inline_start, FrameWord};
     use gpu_rpc::cpu::{CpuRegion, RawDevice};
     use gpu_rpc::protocol::{Buffer, Layout};
-    let region = CpuRegion::new(Layout::new(1, 32).unwrap());
+    // Leaked (a few KiB a test) so that the sink can look at the device.
+    let region: &'static CpuRegion = Box::leak(Box::new(CpuRegion::new(Layout::new(1, 32).unwrap())));
     // SAFETY: no client uses the region; the server validates what it reads.
-    let dev = unsafe { RawDevice::new(&region) };
+    let dev: &'static RawDevice<'static> = Box::leak(Box::new(unsafe { RawDevice::new(region) }));
+    DEVICE.with(|d| d.set(Some(dev)));
     let word = FrameWord {
         inline_streams: true,
         ..desc.frame_word()
@@ -261,11 +275,21 @@ fn warp_call(
     (0..lanes).map(|l| dev.status(0, l)).collect()
 }
 
-/// `Std::write(STDOUT, text)`'s argument block: the text's length, the fd.
-fn write_block(len: usize) -> Vec<u8> {
+/// The return word lane `l` of `warp_call`'s last call got.
+fn returned(l: u32) -> u64 {
+    DEVICE.with(|d| d.get().expect("a warp_call ran").reply_word(0, l, 1))
+}
+
+/// `Std::write(fd, text)`'s argument block: the text's length, the fd.
+fn write_block_to(fd: Fd, len: usize) -> Vec<u8> {
     let mut b = (len as u64).to_le_bytes().to_vec();
-    b.extend(Fd::STDOUT.0.to_le_bytes());
+    b.extend(fd.0.to_le_bytes());
     b
+}
+
+/// `Std::write(STDOUT, text)`'s argument block.
+fn write_block(len: usize) -> Vec<u8> {
+    write_block_to(Fd::STDOUT, len)
 }
 
 /// `Std::print(STDOUT, PRINT_NEWLINE, format, [], [])`'s argument block.
@@ -306,6 +330,50 @@ fn a_warps_lines_reach_the_sink_in_one_write() {
     let want: String = (0..32).map(|l| format!("lane {l:02}\n")).collect();
     assert_eq!(String::from_utf8_lossy(&seen.1), want);
     assert_eq!(seen.0, 1, "writes the sink saw");
+    assert_eq!(sink.late.load(Ordering::Relaxed), 0, "writes after the reply");
+}
+
+/// Lanes alternate stdout and stderr, both shown in one place (a
+/// terminal, `2>&1`): the lines arrive in lane order, each stream's run
+/// handed on when the other's begins.
+#[test]
+fn a_warp_writing_both_streams_keeps_lane_order() {
+    let sink = Counted::default();
+    let host = StdHost::new(
+        StdHostConfig::default()
+            .exit_mode(ExitMode::Record)
+            .stdout(sink.clone())
+            .stderr(sink.clone()),
+    );
+    let mut d = Dispatcher::new(ServerConfig {
+        log_errors: false,
+        ..ServerConfig::default()
+    });
+    d.add(StdServer(host)).unwrap();
+    let fd = |l: u32| if l.is_multiple_of(2) { Fd::STDOUT } else { Fd::STDERR };
+    let line = |l: u32| format!("lane {l}\n").into_bytes();
+    let statuses = warp_call(&d, StdRpc::WRITE, 6, |l| write_block_to(fd(l), line(l).len()), line);
+    assert_eq!(statuses, [Status::Ok; 6]);
+    let want: String = (0..6).map(|l| format!("lane {l}\n")).collect();
+    assert_eq!(String::from_utf8_lossy(&sink.seen.lock().unwrap().1), want);
+    assert_eq!(sink.late.load(Ordering::Relaxed), 0, "writes after the reply");
+}
+
+/// A sink that fails while a call's lines are handed on: the error goes to
+/// the call's last lane, which handed them on; the lanes before it get `Ok`.
+#[test]
+fn a_failing_sink_answers_the_lane_that_handed_the_lines_on() {
+    let sink = Counted {
+        fail_first: true,
+        ..Counted::default()
+    };
+    let d = std_dispatcher(&sink);
+    let line = |l: u32| format!("lane {l}\n").into_bytes();
+    let statuses = warp_call(&d, StdRpc::WRITE, 3, |l| write_block(line(l).len()), line);
+    assert_eq!(statuses, [Status::Ok; 3]);
+    let (ok, failed) = (returned(0), returned(2));
+    assert_eq!(returned(1), ok, "lanes 0 and 1 got Ok");
+    assert_ne!(failed, ok, "the last lane got the sink's error");
 }
 
 /// The last lane's format is not UTF-8, so it fails after the others
@@ -326,6 +394,7 @@ fn lines_before_a_failing_last_lane_are_written_at_the_calls_end() {
     let seen = sink.seen.lock().unwrap();
     assert_eq!(String::from_utf8_lossy(&seen.1), "lane 0\nlane 1\n");
     assert_eq!(seen.0, 1, "writes the sink saw");
+    assert_eq!(sink.late.load(Ordering::Relaxed), 0, "writes after the reply");
 }
 
 /// A sink that fails while lines are handed on at a call's end: the error

@@ -222,7 +222,7 @@ mod server_call;
 mod spare;
 mod zeroing;
 
-pub use call_end::{at_call_end, is_last_lane};
+pub use call_end::{at_call_end, current_call, is_last_lane};
 pub use dispatcher::Dispatcher;
 pub use idle::{Idle, IdleBackoff, IdlePolicy, Wait, OTHERS_SLEEP_FACTOR};
 pub use pool::{serve_pool, Served};

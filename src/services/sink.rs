@@ -1,21 +1,28 @@
 //! The host's stdout and stderr sinks, and how the lanes of one call write
-//! to them: their lines are gathered on the server thread and handed to
-//! the sink together, under one lock and in one `write_all`, when the
-//! call's last lane has run (before the reply; `server::is_last_lane`).
-//! One lock per line let the server threads queue on it (more threads
-//! printed slower than one), and a line-buffered stdout made a `write`
-//! system call of every line.
+//! to them: a server thread gathers a call's lines and hands them to the
+//! sink together, under one lock and in one `write_all`, when the call's
+//! last lane has run (`server::is_last_lane`), before the call's reply. One
+//! lock per line let the server threads queue on it (more threads printed
+//! slower than one), and a line-buffered stdout made a `write` system call
+//! of every line.
 //!
-//! A sink's error goes to the lane whose write handed the lines on (the
-//! call's last); lines handed on at the call's end (when lanes after the
-//! last writer failed before writing: `server::at_call_end`) keep their
-//! error for the sink's next write or flush.
+//! Order: a thread gathers for one sink and one call at a time. A lane that
+//! writes to the other stream (or a call served inside a host method)
+//! first hands on what was gathered, so lines reach a terminal showing
+//! both streams in lane order. A write of more than [`GATHER_MAX`] bytes
+//! goes on its own, after the lines gathered before it.
+//!
+//! Errors: the sink's error goes to the lane whose write handed the lines
+//! on (the call's last writer). Lines handed on for another reason (the
+//! other stream's turn, lanes after the last writer that failed before
+//! writing: `server::at_call_end`) keep their error for the sink's next
+//! write or flush.
 
 use std::cell::RefCell;
 use std::io::Write;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::server::{at_call_end, is_last_lane};
+use crate::server::{at_call_end, current_call, is_last_lane};
 
 use super::IoError;
 
@@ -33,25 +40,55 @@ pub(super) struct Sink {
 
 struct State {
     writer: Box<dyn Write + Send>,
-    /// The error of lines handed on at a call's end, for the next write or
-    /// flush to return.
+    /// The error of lines handed on for another lane than their last
+    /// writer, for the next write or flush to return.
     error: Option<IoError>,
 }
 
-/// Lines this thread gathered in the call it serves, per sink.
+/// Lines a server thread gathered.
 struct Gathered {
-    sinks: Vec<(Arc<Sink>, Vec<u8>)>,
+    /// The sink, the call ([`current_call`]) and the bytes.
+    lines: Option<(Arc<Sink>, u64, Vec<u8>)>,
     /// An emptied buffer kept for the next call.
     spare: Vec<u8>,
 }
 
 std::thread_local! {
-    static GATHERED: RefCell<Gathered> = const { RefCell::new(Gathered { sinks: Vec::new(), spare: Vec::new() }) };
+    static GATHERED: RefCell<Gathered> = const { RefCell::new(Gathered { lines: None, spare: Vec::new() }) };
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
     // A panicking writer must not take the other lanes' output down with it.
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Take this thread's gathered lines if `which` says they are the ones.
+fn take_gathered(which: impl FnOnce(&Arc<Sink>, u64) -> bool) -> Option<(Arc<Sink>, Vec<u8>)> {
+    GATHERED.with(|g| {
+        let mut g = g.borrow_mut();
+        match &g.lines {
+            Some((sink, call, _)) if which(sink, *call) => g.lines.take().map(|(s, _, b)| (s, b)),
+            _ => None,
+        }
+    })
+}
+
+/// Write gathered lines to their sink; the buffer is kept for the next.
+fn write_gathered(sink: &Sink, mut buf: Vec<u8>) -> Result<(), IoError> {
+    let r = sink.write_now(&buf);
+    buf.clear();
+    if buf.capacity() <= KEEP_BYTES {
+        GATHERED.with(|g| g.borrow_mut().spare = buf);
+    }
+    r
+}
+
+/// Hand on gathered lines for another lane than their last writer: their
+/// error is kept for the sink's next write or flush.
+fn hand_on_kept(sink: &Sink, buf: Vec<u8>) {
+    if let Err(e) = write_gathered(sink, buf) {
+        lock(&sink.state).error.get_or_insert(e);
+    }
 }
 
 impl Sink {
@@ -65,50 +102,52 @@ impl Sink {
     /// Write `bytes` in one piece, together with the other lines this
     /// thread's call writes to this sink (see the file's header).
     pub(super) fn write(self: &Arc<Self>, bytes: &[u8]) -> Result<(), IoError> {
+        let call = current_call();
+        // Lines gathered for the other stream or another call go first.
+        if let Some((sink, buf)) = take_gathered(|s, c| !Arc::ptr_eq(s, self) || Some(c) != call) {
+            hand_on_kept(&sink, buf);
+        }
+        let Some(call) = call else {
+            return self.write_now(bytes);
+        };
         let last = is_last_lane();
-        let gathered = GATHERED.with(|g| {
+        let gathering = GATHERED.with(|g| g.borrow().lines.is_some());
+        if bytes.len() > GATHER_MAX || (last && !gathering) {
+            let earlier = take_gathered(|_, _| true).map_or(Ok(()), |(s, b)| write_gathered(&s, b));
+            return self.write_now(bytes).and(earlier);
+        }
+        if !gathering {
+            // The first line of this call: what is gathered is handed on at
+            // its end if no later lane does it. (Inside a call the work is
+            // taken; should it come back, the line is written now.)
+            if at_call_end(move || hand_on_at_end(call)).is_err() {
+                return self.write_now(bytes);
+            }
+        }
+        GATHERED.with(|g| {
             let mut g = g.borrow_mut();
-            if (last && g.sinks.is_empty()) || bytes.len() > GATHER_MAX {
-                return false;
-            }
-            if g.sinks.is_empty() {
-                // Not the call's last lane, so the thread is serving a call
-                // and the work is taken; should it come back, the lines are
-                // handed on at once instead.
-                if at_call_end(hand_on_gathered).is_err() {
-                    return false;
-                }
-            }
-            let at = match g.sinks.iter().position(|(s, _)| Arc::ptr_eq(s, self)) {
-                Some(at) => at,
-                None => {
-                    let buf = std::mem::take(&mut g.spare);
-                    g.sinks.push((Arc::clone(self), buf));
-                    g.sinks.len() - 1
-                }
-            };
-            g.sinks[at].1.extend_from_slice(bytes);
-            true
+            let spare = std::mem::take(&mut g.spare);
+            let (_, _, buf) = g.lines.get_or_insert_with(|| (Arc::clone(self), call, spare));
+            buf.extend_from_slice(bytes);
         });
-        if !gathered {
-            // The lines gathered before these go first.
-            let mine = hand_on(self);
-            return self.write_now(bytes).and(mine);
-        }
         if last {
-            hand_on(self)
-        } else {
-            Ok(())
+            if let Some((sink, buf)) = take_gathered(|_, _| true) {
+                return write_gathered(&sink, buf);
+            }
         }
+        Ok(())
     }
 
-    /// Flush the writer (and return an error kept from lines handed on at a
-    /// call's end).
+    /// Flush the writer, after the lines this thread gathered for it (a
+    /// host method flushing in a lane); returns an error kept from lines
+    /// handed on earlier, or the flush's.
     pub(super) fn flush(&self) -> Result<(), IoError> {
+        let gathered = take_gathered(|s, _| std::ptr::eq(Arc::as_ptr(s), self));
+        let handed = gathered.map_or(Ok(()), |(s, b)| write_gathered(&s, b));
         let mut s = lock(&self.state);
         let kept = s.error.take();
         let r = s.writer.flush().map_err(IoError::from);
-        kept.map_or(r, Err)
+        kept.map_or(handed.and(r), Err)
     }
 
     /// The host's own writes (panic reports), under the sink's lock.
@@ -116,7 +155,8 @@ impl Sink {
         f(&mut *lock(&self.state).writer)
     }
 
-    /// Write `bytes` now, under the lock.
+    /// Write `bytes` now, under the lock (and return an error kept from
+    /// lines handed on earlier, if any, instead of this write's result).
     fn write_now(&self, bytes: &[u8]) -> Result<(), IoError> {
         let mut s = lock(&self.state);
         let kept = s.error.take();
@@ -125,35 +165,10 @@ impl Sink {
     }
 }
 
-/// Hand on every sink's gathered lines; return `mine`'s result (the others'
-/// errors are kept for their next write or flush).
-fn hand_on(mine: &Arc<Sink>) -> Result<(), IoError> {
-    let sinks = GATHERED.with(|g| std::mem::take(&mut g.borrow_mut().sinks));
-    let mut result = Ok(());
-    for (sink, mut buf) in sinks {
-        if !buf.is_empty() {
-            let r = sink.write_now(&buf);
-            if Arc::ptr_eq(&sink, mine) {
-                result = r;
-            } else if let Err(e) = r {
-                lock(&sink.state).error.get_or_insert(e);
-            }
-        }
-        buf.clear();
-        if buf.capacity() <= KEEP_BYTES {
-            GATHERED.with(|g| g.borrow_mut().spare = buf);
-        }
-    }
-    result
-}
-
-/// The call's end: hand on what its lanes left gathered (when lanes after
-/// the last writer failed before writing), keeping errors for later.
-fn hand_on_gathered() {
-    let sinks = GATHERED.with(|g| std::mem::take(&mut g.borrow_mut().sinks));
-    for (sink, buf) in sinks {
-        if let Err(e) = sink.write_now(&buf) {
-            lock(&sink.state).error.get_or_insert(e);
-        }
+/// The end of call `call`: hand on what its lanes left gathered (lanes
+/// after the last writer failed before writing).
+fn hand_on_at_end(call: u64) {
+    if let Some((sink, buf)) = take_gathered(|_, c| c == call) {
+        hand_on_kept(&sink, buf);
     }
 }

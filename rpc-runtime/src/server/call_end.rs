@@ -1,6 +1,6 @@
 //! The end of the call a host method runs in: work a method leaves for it
-//! ([`at_call_end`]) and whether the lane running now is the call's last
-//! ([`is_last_lane`]). A service that hands each lane's output to a shared
+//! ([`at_call_end`]), whether the lane running now is the call's last
+//! ([`is_last_lane`]) and which call it is ([`current_call`]). A service that hands each lane's output to a shared
 //! sink (a printer, a log) can gather the lanes' output of one call and
 //! hand it on once, under one lock, instead of once per lane: the standard
 //! services print this way.
@@ -14,13 +14,15 @@
 //! calling a service's methods itself) there is no call to wait for:
 //! [`at_call_end`] hands the work back and [`is_last_lane`] is true.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 #[cfg(doc)]
 use super::ServerCall;
 
 /// The call the thread is serving, while its methods run.
 struct CallEnd {
+    /// [`current_call`]'s number for it.
+    number: u64,
     /// Work left for the call's end, in the order it was left.
     deferred: Vec<Box<dyn FnOnce()>>,
     /// While [`ServerCall::run`] runs a lane: the lanes after it still to
@@ -31,6 +33,8 @@ struct CallEnd {
 
 std::thread_local! {
     static CALL: RefCell<Option<CallEnd>> = const { RefCell::new(None) };
+    /// Calls this thread has served (numbers them for [`current_call`]).
+    static SERVED: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Leave `f` for the end of the call whose lane this thread is running: it
@@ -71,12 +75,30 @@ pub fn is_last_lane() -> bool {
     CALL.with(|c| !matches!(&*c.borrow(), Some(CallEnd { lanes_after: Some(after), .. }) if *after != 0))
 }
 
+/// Which call this thread is running a lane of: a number no other call
+/// this thread serves has (a call served inside a host method, on the
+/// same thread, has its own), or `None` outside a call. What a service
+/// gathers for one call can so be told apart from another's.
+///
+/// ```
+/// # use rpc_runtime as gpu_rpc;
+/// assert_eq!(gpu_rpc::server::current_call(), None);
+/// ```
+pub fn current_call() -> Option<u64> {
+    CALL.with(|c| c.borrow().as_ref().map(|call| call.number))
+}
+
 /// Mark this thread as serving a call while `dispatch` runs (which must
 /// not unwind: the caller catches a panicking dispatch inside it), then run
 /// the work its methods left. Returns `dispatch`'s result and the message
 /// of the first deferred work that panicked (the rest still run).
 pub(super) fn serve<R>(dispatch: impl FnOnce() -> R) -> (R, Option<String>) {
+    let number = SERVED.with(|n| {
+        n.set(n.get().wrapping_add(1));
+        n.get()
+    });
     let fresh = CallEnd {
+        number,
         deferred: Vec::new(),
         lanes_after: None,
     };
@@ -142,6 +164,7 @@ mod tests {
         fn dispatch(&self, _: usize, call: &mut ServerCall<'_>) {
             call.run(|call, lane| {
                 let x: u64 = call.arg(lane, 0)?;
+                assert!(current_call().is_some(), "a lane's method runs inside its call");
                 if x == 99 {
                     return Err(LaneError {
                         status: Status::InvalidArgument,
@@ -247,6 +270,7 @@ mod tests {
     fn outside_a_call_work_comes_back_and_every_lane_is_last() {
         let _ = note(&[1]);
         assert!(is_last_lane());
+        assert_eq!(current_call(), None);
         assert!(at_call_end(|| ()).is_err());
     }
 }
