@@ -32,15 +32,21 @@ mod panic_example;
 #[path = "../examples/file_read.rs"]
 mod file_read_example;
 
-/// A host in `ExitMode::Record` with captured sinks, served alone.
-fn setup(config: StdHostConfig) -> (Dispatcher, StdHost, Capture, Capture) {
-    let (config, out, err) = config.exit_mode(ExitMode::Record).capture();
-    let host = StdHost::new(config);
+/// A host with `config` in `ExitMode::Record`, served alone.
+fn served(config: StdHostConfig) -> (Dispatcher, StdHost) {
+    let host = StdHost::new(config.exit_mode(ExitMode::Record));
     let mut d = Dispatcher::new(ServerConfig {
         log_errors: false,
         ..ServerConfig::default()
     });
     d.add(StdServer(host.clone())).unwrap();
+    (d, host)
+}
+
+/// A host in `ExitMode::Record` with captured sinks, served alone.
+fn setup(config: StdHostConfig) -> (Dispatcher, StdHost, Capture, Capture) {
+    let (config, out, err) = config.capture();
+    let (d, host) = served(config);
     (d, host, out, err)
 }
 
@@ -303,17 +309,7 @@ fn print_block(format_len: usize) -> Vec<u8> {
 }
 
 fn std_dispatcher(sink: &Counted) -> Dispatcher {
-    let host = StdHost::new(
-        StdHostConfig::default()
-            .exit_mode(ExitMode::Record)
-            .stdout(sink.clone()),
-    );
-    let mut d = Dispatcher::new(ServerConfig {
-        log_errors: false,
-        ..ServerConfig::default()
-    });
-    d.add(StdServer(host)).unwrap();
-    d
+    served(StdHostConfig::default().stdout(sink.clone())).0
 }
 
 /// 32 lanes write a line each in one call: the sink gets them in lane
@@ -339,17 +335,7 @@ fn a_warps_lines_reach_the_sink_in_one_write() {
 #[test]
 fn a_warp_writing_both_streams_keeps_lane_order() {
     let sink = Counted::default();
-    let host = StdHost::new(
-        StdHostConfig::default()
-            .exit_mode(ExitMode::Record)
-            .stdout(sink.clone())
-            .stderr(sink.clone()),
-    );
-    let mut d = Dispatcher::new(ServerConfig {
-        log_errors: false,
-        ..ServerConfig::default()
-    });
-    d.add(StdServer(host)).unwrap();
+    let (d, _) = served(StdHostConfig::default().stdout(sink.clone()).stderr(sink.clone()));
     let fd = |l: u32| if l.is_multiple_of(2) { Fd::STDOUT } else { Fd::STDERR };
     let line = |l: u32| format!("lane {l}\n").into_bytes();
     let statuses = warp_call(&d, StdRpc::WRITE, 6, |l| write_block_to(fd(l), line(l).len()), line);
@@ -405,16 +391,7 @@ fn an_error_at_the_calls_end_comes_back_from_the_next_flush() {
         fail_first: true,
         ..Counted::default()
     };
-    let host = StdHost::new(
-        StdHostConfig::default()
-            .exit_mode(ExitMode::Record)
-            .stdout(sink.clone()),
-    );
-    let mut d = Dispatcher::new(ServerConfig {
-        log_errors: false,
-        ..ServerConfig::default()
-    });
-    d.add(StdServer(host.clone())).unwrap();
+    let d = std_dispatcher(&sink);
     let format = |l: u32| if l == 1 { vec![0xff] } else { b"kept".to_vec() };
     let statuses = warp_call(&d, StdRpc::PRINT, 2, |l| print_block(format(l).len()), format);
     assert_eq!(statuses, [Status::Ok, Status::InvalidArgument]);
