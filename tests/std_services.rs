@@ -401,6 +401,117 @@ fn an_error_at_the_calls_end_comes_back_from_the_next_flush() {
     });
 }
 
+/// A user's service whose one method runs `body(lane)` for each lane of a
+/// call: host code that uses a `StdHost` from inside a served call.
+struct InCall(Box<dyn Fn(u32) + Send + Sync>);
+
+static IN_CALL: gpu_rpc::CallDesc = gpu_rpc::CallDesc {
+    service: "InCall",
+    method: "run",
+    opcode: 0x7_0001,
+    ..gpu_rpc::call::NOOP_DESC
+};
+
+impl gpu_rpc::server::Service for InCall {
+    fn name(&self) -> &'static str {
+        "InCall"
+    }
+    fn methods(&self) -> &'static [gpu_rpc::server::MethodInfo] {
+        static METHODS: [gpu_rpc::server::MethodInfo; 1] = [gpu_rpc::server::MethodInfo {
+            desc: &IN_CALL,
+            path: "InCall::run",
+            module: "std_services",
+        }];
+        &METHODS
+    }
+    fn dispatch(&self, _: usize, call: &mut gpu_rpc::server::ServerCall<'_>) {
+        call.run(|_, lane| {
+            (self.0)(lane);
+            Ok(())
+        });
+    }
+}
+
+/// One call of `InCall::run` with `lanes` lanes, served on this thread.
+fn in_call(lanes: u32, body: impl Fn(u32) + Send + Sync + 'static) {
+    use gpu_rpc::cpu::{CpuRegion, RawDevice};
+    use gpu_rpc::protocol::{Buffer, Layout};
+    let mut d = Dispatcher::new(ServerConfig::default());
+    d.add(InCall(Box::new(body))).unwrap();
+    let region = CpuRegion::new(Layout::new(1, 32).unwrap());
+    // SAFETY: no client uses the region; the server validates what it reads.
+    let dev = unsafe { RawDevice::new(&region) };
+    let packets: Vec<(u32, Buffer)> = (0..lanes)
+        .map(|l| {
+            let mut b = Buffer::default();
+            b.data[0] = IN_CALL.frame_word().pack();
+            (l, b)
+        })
+        .collect();
+    dev.inject(0, IN_CALL.opcode, (1u64 << lanes) - 1, &packets);
+    assert_eq!(d.poll(&region.server(), 0..1), Ok(1));
+    assert_eq!(
+        (0..lanes).map(|l| dev.status(0, l)).collect::<Vec<_>>(),
+        vec![Status::Ok; lanes as usize]
+    );
+}
+
+/// A host method that writes through a `StdHost` and flushes it, in each
+/// lane: the flush hands on the lines its thread gathered first.
+#[test]
+fn a_flush_in_a_lane_writes_the_lines_gathered_before_it() {
+    use gpu_rpc::services::Std;
+    let sink = Counted::default();
+    let host = StdHost::new(StdHostConfig::default().stdout(sink.clone()));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (s, log) = (sink.clone(), Arc::clone(&seen));
+    in_call(3, move |lane| {
+        host.write(Fd::STDOUT, format!("u {lane}\n").as_bytes()).unwrap();
+        Std::flush(&host, Fd::STDOUT).unwrap();
+        log.lock().unwrap().push(s.seen.lock().unwrap().1.len());
+    });
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [4, 8, 12],
+        "bytes in the sink after each lane's flush"
+    );
+}
+
+/// A host method serves a call of the standard services itself (a nested
+/// dispatcher on the same thread) after an earlier lane wrote: the outer
+/// lane's line goes first, and the inner call's line, left gathered when
+/// its last lane failed, is in the sink before the inner call's reply.
+#[test]
+fn a_call_served_inside_a_host_method_writes_its_lines_before_its_reply() {
+    let sink = Counted::default();
+    let (inner, host) = served(StdHostConfig::default().stdout(sink.clone()));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (s, log) = (sink.clone(), Arc::clone(&seen));
+    in_call(2, move |lane| {
+        if lane == 0 {
+            gpu_rpc::services::Std::write(&host, Fd::STDOUT, b"outer 0\n").unwrap();
+            return;
+        }
+        let format = |l: u32| if l == 1 { vec![0xff] } else { b"inner 0".to_vec() };
+        let statuses = warp_call(&inner, StdRpc::PRINT, 2, |l| print_block(format(l).len()), format);
+        let text = String::from_utf8_lossy(&s.seen.lock().unwrap().1).into_owned();
+        log.lock().unwrap().push((statuses, text));
+    });
+    let seen = seen.lock().unwrap();
+    assert_eq!(
+        *seen,
+        [(
+            vec![Status::Ok, Status::InvalidArgument],
+            "outer 0\ninner 0\n".to_string()
+        )]
+    );
+    assert_eq!(
+        sink.late.load(Ordering::Relaxed),
+        0,
+        "writes after the inner call's reply"
+    );
+}
+
 #[test]
 fn fmt_buf_cuts_at_char_boundaries() {
     use core::fmt::Write;
