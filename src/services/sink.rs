@@ -12,6 +12,10 @@
 //! both streams in lane order. A write of more than [`GATHER_MAX`] bytes
 //! goes on its own, after the lines gathered before it.
 //!
+//! An exit of the process (`ExitMode::Process`) flushes the exiting
+//! thread's lines; calls in flight on other server threads end with the
+//! process, their gathered lines with them, as their replies do.
+//!
 //! Errors: the sink's error goes to the lane whose write handed the lines
 //! on (the call's last writer). Lines handed on for another reason (the
 //! other stream's turn, lanes after the last writer that failed before
@@ -142,8 +146,26 @@ impl Sink {
     /// host method flushing in a lane); returns an error kept from lines
     /// handed on earlier, or the flush's.
     pub(super) fn flush(&self) -> Result<(), IoError> {
-        let gathered = take_gathered(|s, _| std::ptr::eq(Arc::as_ptr(s), self));
-        let handed = gathered.map_or(Ok(()), |(s, b)| write_gathered(&s, b));
+        // This call's lines answer to this flush; another call's (an outer
+        // call around a nested one) keep their error, as `write` does.
+        let call = current_call();
+        let mut handed = Ok(());
+        if let Some((sink, buf, mine)) = GATHERED.with(|g| {
+            let mut g = g.borrow_mut();
+            match &g.lines {
+                Some((s, c, _)) if std::ptr::eq(Arc::as_ptr(s), self) => {
+                    let mine = Some(*c) == call;
+                    g.lines.take().map(|(s, _, b)| (s, b, mine))
+                }
+                _ => None,
+            }
+        }) {
+            if mine {
+                handed = write_gathered(&sink, buf);
+            } else {
+                hand_on_kept(&sink, buf);
+            }
+        }
         let mut s = lock(&self.state);
         let kept = s.error.take();
         let r = s.writer.flush().map_err(IoError::from);

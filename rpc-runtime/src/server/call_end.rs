@@ -40,8 +40,9 @@ std::thread_local! {
 /// Leave `f` for the end of the call whose lane this thread is running: it
 /// runs after the call's last lane, on this thread, before the reply is
 /// sent. Returns `Err(f)` when the thread runs no call's lane: do the work
-/// now. Each `f` runs once, in the order they were left; one that panics
-/// fails the call's lanes that were still `Ok`
+/// now. Each `f` runs once, in the order they were left, still inside the
+/// call ([`current_call`] is the call's; work it leaves runs after it); one
+/// that panics fails the call's lanes that were still `Ok`
 /// ([`Status::HandlerPanicked`](crate::Status::HandlerPanicked)).
 ///
 /// ```
@@ -52,13 +53,19 @@ std::thread_local! {
 /// f();
 /// ```
 pub fn at_call_end<F: FnOnce() + 'static>(f: F) -> Result<(), F> {
-    CALL.with(|c| match &mut *c.borrow_mut() {
-        Some(call) => {
-            call.deferred.push(Box::new(f));
-            Ok(())
+    let mut work = Some(f);
+    // `try_with`: from a thread-local's destructor there is no call.
+    let _ = CALL.try_with(|c| {
+        if let Some(call) = &mut *c.borrow_mut() {
+            if let Some(f) = work.take() {
+                call.deferred.push(Box::new(f));
+            }
         }
-        None => Err(f),
-    })
+    });
+    match work {
+        None => Ok(()),
+        Some(f) => Err(f),
+    }
 }
 
 /// Whether the lane this thread is running is the last of its call to run:
@@ -72,7 +79,8 @@ pub fn at_call_end<F: FnOnce() + 'static>(f: F) -> Result<(), F> {
 /// assert!(gpu_rpc::server::is_last_lane());
 /// ```
 pub fn is_last_lane() -> bool {
-    CALL.with(|c| !matches!(&*c.borrow(), Some(CallEnd { lanes_after: Some(after), .. }) if *after != 0))
+    CALL.try_with(|c| !matches!(&*c.borrow(), Some(CallEnd { lanes_after: Some(after), .. }) if *after != 0))
+        .unwrap_or(true)
 }
 
 /// Which call this thread is running a lane of: a number no other call
@@ -85,7 +93,9 @@ pub fn is_last_lane() -> bool {
 /// assert_eq!(gpu_rpc::server::current_call(), None);
 /// ```
 pub fn current_call() -> Option<u64> {
-    CALL.with(|c| c.borrow().as_ref().map(|call| call.number))
+    CALL.try_with(|c| c.borrow().as_ref().map(|call| call.number))
+        .ok()
+        .flatten()
 }
 
 /// Mark this thread as serving a call while `dispatch` runs (which must
@@ -106,13 +116,28 @@ pub(super) fn serve<R>(dispatch: impl FnOnce() -> R) -> (R, Option<String>) {
     // call's state is put back after.
     let outer = CALL.with(|c| c.borrow_mut().replace(fresh));
     let r = dispatch();
-    let ended = CALL.with(|c| std::mem::replace(&mut *c.borrow_mut(), outer));
+    // The work runs while the call is still this thread's (what it writes
+    // is done before the reply; work it leaves in turn runs too), with no
+    // lane running.
+    set_lanes_after(None);
     let mut failed = None;
-    for f in ended.map(|e| e.deferred).unwrap_or_default() {
-        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-            failed.get_or_insert_with(|| super::panic_message(&*payload));
+    loop {
+        let work = CALL.with(|c| {
+            c.borrow_mut()
+                .as_mut()
+                .map(|e| std::mem::take(&mut e.deferred))
+                .unwrap_or_default()
+        });
+        if work.is_empty() {
+            break;
+        }
+        for f in work {
+            if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+                failed.get_or_insert_with(|| super::panic_message(&*payload));
+            }
         }
     }
+    CALL.with(|c| *c.borrow_mut() = outer);
     (r, failed)
 }
 
@@ -177,11 +202,18 @@ mod tests {
                     .unwrap()
                     .push(format!("lane {lane} last {}", is_last_lane()));
                 let log = Arc::clone(&self.0);
+                let call_number = current_call();
                 let left = at_call_end(move || {
                     if x == 98 {
                         panic!("deferred boom");
                     }
+                    assert_eq!(current_call(), call_number, "work left runs in its own call");
                     log.lock().unwrap().push(format!("end {lane}"));
+                    if x == 97 {
+                        let log = Arc::clone(&log);
+                        let again = at_call_end(move || log.lock().unwrap().push("end again".into()));
+                        assert!(again.is_ok(), "work left can leave work");
+                    }
                 });
                 assert!(left.is_ok(), "a lane's method runs inside its call");
                 call.set_return(lane, &x);
@@ -263,6 +295,15 @@ mod tests {
             "{}",
             errors[0].message
         );
+    }
+
+    /// Work left by work left runs too, before the reply.
+    #[test]
+    fn work_left_by_work_left_runs_too() {
+        let (statuses, log, errors) = note(&[97]);
+        assert_eq!(statuses, [Status::Ok]);
+        assert_eq!(log, ["lane 0 last true", "end 0", "end again"]);
+        assert!(errors.is_empty(), "{errors:?}");
     }
 
     /// After a call, the thread is outside any call again.
