@@ -880,7 +880,7 @@ fn print_rpc(module: &Module, path: &str) {
         let wall = t0.elapsed().as_secs_f64();
         let written = std::fs::read_to_string(&std_path).map_or(0, |t| t.lines().count());
         println!(
-            "print-rpc: {lines} lines, {servers} server threads, the standard services' host, a write per line ({written} lines in the file), kernel {:.1} ms, end to end {:.1} ms, {:.2} M lines/s end to end",
+            "print-rpc: {lines} lines, {servers} server threads, the standard services' host into an unbuffered file ({written} lines in it), kernel {:.1} ms, end to end {:.1} ms, {:.2} M lines/s end to end",
             kernel * 1e3,
             wall * 1e3,
             lines / wall / 1e6
