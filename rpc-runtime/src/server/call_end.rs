@@ -19,20 +19,23 @@ use std::cell::{Cell, RefCell};
 #[cfg(doc)]
 use super::ServerCall;
 
-/// The call the thread is serving, while its methods run.
-struct CallEnd {
-    /// [`current_call`]'s number for it.
-    number: u64,
-    /// Work left for the call's end, in the order it was left.
-    deferred: Vec<Box<dyn FnOnce()>>,
-    /// While [`ServerCall::run`] runs a lane: the lanes after it still to
-    /// run. `None` between lanes and in a dispatch that does not use `run`
-    /// (the thread then cannot tell which lane is last).
-    lanes_after: Option<u64>,
-}
-
+// The call the thread is serving, in thread-locals kept apart so that
+// the per-lane step (`set_lanes_after`, on every lane of every call) is
+// one store to a `Cell` that needs no destructor (no lazy set-up, no
+// borrow flag), and the list of work left is touched only by calls that
+// leave some.
 std::thread_local! {
-    static CALL: RefCell<Option<CallEnd>> = const { RefCell::new(None) };
+    /// [`current_call`]'s number for the call being served; 0 outside one.
+    static CALL: Cell<u64> = const { Cell::new(0) };
+    /// While [`ServerCall::run`] runs a lane: the lanes after it still to
+    /// run. 0 between lanes and in a dispatch that does not use `run` (the
+    /// thread then cannot tell which lane is last, and takes it as last).
+    static LANES_AFTER: Cell<u64> = const { Cell::new(0) };
+    /// Work left for the call's end, in the order it was left (touched
+    /// only by calls that leave some: `LEFT` says whether there is any).
+    static DEFERRED: RefCell<Vec<Box<dyn FnOnce()>>> = const { RefCell::new(Vec::new()) };
+    /// Whether `DEFERRED` holds work of the call being served.
+    static LEFT: Cell<bool> = const { Cell::new(false) };
     /// Calls this thread has served (numbers them for [`current_call`]).
     static SERVED: Cell<u64> = const { Cell::new(0) };
 }
@@ -53,13 +56,15 @@ std::thread_local! {
 /// f();
 /// ```
 pub fn at_call_end<F: FnOnce() + 'static>(f: F) -> Result<(), F> {
+    if current_call().is_none() {
+        return Err(f);
+    }
+    // `try_with`: `current_call` saw the thread-locals alive.
     let mut work = Some(f);
-    // `try_with`: from a thread-local's destructor there is no call.
-    let _ = CALL.try_with(|c| {
-        if let Some(call) = &mut *c.borrow_mut() {
-            if let Some(f) = work.take() {
-                call.deferred.push(Box::new(f));
-            }
+    let _ = DEFERRED.try_with(|d| {
+        if let Some(f) = work.take() {
+            d.borrow_mut().push(Box::new(f));
+            LEFT.set(true);
         }
     });
     match work {
@@ -79,8 +84,8 @@ pub fn at_call_end<F: FnOnce() + 'static>(f: F) -> Result<(), F> {
 /// assert!(gpu_rpc::server::is_last_lane());
 /// ```
 pub fn is_last_lane() -> bool {
-    CALL.try_with(|c| !matches!(&*c.borrow(), Some(CallEnd { lanes_after: Some(after), .. }) if *after != 0))
-        .unwrap_or(true)
+    // `try_with`: from a thread-local's destructor there is no call.
+    LANES_AFTER.try_with(Cell::get).map_or(true, |after| after == 0)
 }
 
 /// Which call this thread is running a lane of: a number no other call
@@ -93,9 +98,7 @@ pub fn is_last_lane() -> bool {
 /// assert_eq!(gpu_rpc::server::current_call(), None);
 /// ```
 pub fn current_call() -> Option<u64> {
-    CALL.try_with(|c| c.borrow().as_ref().map(|call| call.number))
-        .ok()
-        .flatten()
+    CALL.try_with(Cell::get).ok().filter(|&n| n != 0)
 }
 
 /// Mark this thread as serving a call while `dispatch` runs (which must
@@ -104,53 +107,43 @@ pub fn current_call() -> Option<u64> {
 /// of the first deferred work that panicked (the rest still run).
 pub(super) fn serve<R>(dispatch: impl FnOnce() -> R) -> (R, Option<String>) {
     let number = SERVED.with(|n| {
-        n.set(n.get().wrapping_add(1));
+        // 0 means "no call".
+        n.set(n.get().wrapping_add(1).max(1));
         n.get()
     });
-    let fresh = CallEnd {
-        number,
-        deferred: Vec::new(),
-        lanes_after: None,
-    };
-    // A host method may serve a call itself (a nested dispatcher): its
-    // call's state is put back after.
-    let outer = CALL.with(|c| c.borrow_mut().replace(fresh));
+    // A host method may serve a call itself (a nested dispatcher): the
+    // outer call's state is put back after (its work, if it left any, set
+    // aside meanwhile).
+    let (outer_call, outer_after) = (CALL.replace(number), LANES_AFTER.replace(0));
+    let outer_work = LEFT.replace(false).then(|| DEFERRED.take());
     let r = dispatch();
     // The work runs while the call is still this thread's (what it writes
     // is done before the reply; work it leaves in turn runs too), with no
     // lane running.
-    set_lanes_after(None);
+    LANES_AFTER.set(0);
     let mut failed = None;
-    loop {
-        let work = CALL.with(|c| {
-            c.borrow_mut()
-                .as_mut()
-                .map(|e| std::mem::take(&mut e.deferred))
-                .unwrap_or_default()
-        });
-        if work.is_empty() {
-            break;
-        }
-        for f in work {
+    while LEFT.replace(false) {
+        for f in DEFERRED.take() {
             if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
                 failed.get_or_insert_with(|| super::panic_message(&*payload));
             }
         }
     }
-    CALL.with(|c| *c.borrow_mut() = outer);
+    CALL.set(outer_call);
+    LANES_AFTER.set(outer_after);
+    if let Some(work) = outer_work {
+        DEFERRED.set(work);
+        LEFT.set(true);
+    }
     (r, failed)
 }
 
-/// Note the lanes after the one [`ServerCall::run`] is about to run
-/// (`None` once it is done).
-pub(super) fn set_lanes_after(after: Option<u64>) {
-    CALL.with(|c| {
-        if let Some(call) = &mut *c.borrow_mut() {
-            call.lanes_after = after;
-        }
-    });
+/// Note the lanes after the one [`ServerCall::run`] is about to run (0
+/// once it is done).
+#[inline]
+pub(super) fn set_lanes_after(after: u64) {
+    LANES_AFTER.set(after);
 }
-
 #[cfg(all(test, feature = "cpu"))]
 mod tests {
     use std::sync::{Arc, Mutex};

@@ -490,7 +490,7 @@ impl ServerCall<'_> {
         let method = self.method;
         for lane in iter_lanes(self.ok) {
             // The lanes still to run after this one (`is_last_lane`).
-            super::call_end::set_lanes_after(Some(self.ok & !(2u64 << lane).wrapping_sub(1)));
+            super::call_end::set_lanes_after(self.ok & !(2u64 << lane).wrapping_sub(1));
             match catch_lane(method, || f(self, lane)) {
                 // The lane's out-buffers are final: on their way to the
                 // device while the next lanes run.
@@ -502,7 +502,7 @@ impl ServerCall<'_> {
                 Err(e) => self.fail(lane, e),
             }
         }
-        super::call_end::set_lanes_after(None);
+        super::call_end::set_lanes_after(0);
     }
 }
 
