@@ -384,7 +384,8 @@ impl Default for StdHost {
     }
 }
 
-fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+/// Lock `m`, taking over a lock poisoned by a panicking holder.
+pub(super) fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panicking writer must not take the other lanes' output down with it.
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -24,10 +24,11 @@
 
 use std::cell::RefCell;
 use std::io::Write;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use crate::server::{at_call_end, current_call, is_last_lane};
 
+use super::host::lock;
 use super::IoError;
 
 /// Bytes of one write that are gathered; a longer one is handed on at once
@@ -59,11 +60,6 @@ struct Gathered {
 
 std::thread_local! {
     static GATHERED: RefCell<Gathered> = const { RefCell::new(Gathered { lines: None, spare: Vec::new() }) };
-}
-
-fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
-    // A panicking writer must not take the other lanes' output down with it.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Take this thread's gathered lines if `which` says they are the ones.
