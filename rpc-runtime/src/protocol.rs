@@ -1296,9 +1296,30 @@ impl<'a> Server<'a> {
 
     /// Whether port `index` has a call waiting for the server (one pair of
     /// relaxed loads; no lock).
+    ///
+    /// # Panics
+    /// If `index` is not a port of the layout.
     #[inline]
     pub fn pending(&self, index: u32) -> bool {
+        self.check_port(index);
+        self.pending_unchecked(index)
+    }
+
+    /// [`pending`](Self::pending) for an `index` the caller has checked
+    /// against the layout (the scan's hot path).
+    #[inline(always)]
+    fn pending_unchecked(&self, index: u32) -> bool {
+        debug_assert!(index < self.p.layout.port_count);
         !Process::<ServerSide>::buffer_unavailable(self.p.load_inbox(1, index), self.p.load_outbox(1, index))
+    }
+
+    /// Panic, naming the port, if `index` is not a port of the layout: the
+    /// public accessors that take a port number reach the shared arrays
+    /// without further checks.
+    #[inline(always)]
+    fn check_port(&self, index: u32) {
+        let ports = self.p.layout.port_count;
+        assert!(index < ports, "port {index} is outside the layout's {ports} ports");
     }
 
     /// Find a port in `range` with a call waiting for the server and open it.
@@ -1307,7 +1328,7 @@ impl<'a> Server<'a> {
     pub fn try_open(&self, range: core::ops::Range<u32>) -> Option<Port<'_, 'a, ServerSide, Fresh>> {
         let end = range.end.min(self.p.layout.port_count);
         for index in range.start..end {
-            if !self.pending(index) || self.p.try_lock(1, index, true).is_none() {
+            if !self.pending_unchecked(index) || self.p.try_lock(1, index, true).is_none() {
                 continue;
             }
             let outbox = self.p.load_outbox(1, index);
@@ -1343,6 +1364,7 @@ impl<'a> Server<'a> {
     /// assert_eq!((s.index, s.client_outbox, s.server_outbox), (1, 0, 0));
     /// ```
     pub fn snapshot(&self, index: u32) -> PortSnapshot {
+        self.check_port(index);
         let (word, shift) = self.p.local_slot(index);
         let h = self.p.header(index);
         // Relaxed: a diagnostic of a possibly running port; no decision in
@@ -1388,7 +1410,7 @@ impl<'a> Server<'a> {
             // Relaxed: a quiescent check after all threads joined.
             let (word, shift) = self.p.local_slot(i);
             let locked = word.load(Ordering::Relaxed) & (1 << shift) != 0;
-            !locked && !self.pending(i)
+            !locked && !self.pending_unchecked(i)
         })
     }
 }

@@ -149,3 +149,28 @@ fn one_server_pool_serves_several_devices_and_keeps_errors_apart() {
     // Device 2's other threads finished their calls.
     assert_eq!(dispatchers[2].calls(), 3 * iters + 50);
 }
+
+/// The server's public accessors that take a port number check it against
+/// the layout: a number past the last port panics, naming it, instead of
+/// reading past the shared arrays.
+#[test]
+fn server_port_accessors_refuse_a_port_outside_the_layout() {
+    let region = CpuRegion::new(Layout::new(2, 1).unwrap());
+    let server = region.server();
+    assert!(!server.pending(1) && server.snapshot(1).is_idle());
+    let message = |r: std::thread::Result<()>| {
+        let payload = r.expect_err("a port past the layout is refused");
+        payload.downcast_ref::<String>().cloned().unwrap_or_default()
+    };
+    let pending = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        server.pending(2);
+    }));
+    assert_eq!(message(pending), "port 2 is outside the layout's 2 ports");
+    let snapshot = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        server.snapshot(u32::MAX);
+    }));
+    assert_eq!(
+        message(snapshot),
+        format!("port {} is outside the layout's 2 ports", u32::MAX)
+    );
+}
