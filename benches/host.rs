@@ -7,7 +7,7 @@
 //! tables; `-- --quick` runs fewer calls, `-- --only TEXT` only the rows
 //! whose workload names `TEXT`, e.g. for `perf record`, `-- --lanes N` only
 //! the batch rows of N lanes, `-- --file-writes` only the large file
-//! writes, `-- --batch` only the batch rows, e.g. to count instructions
+//! writes, `-- --round-trip` only the round trips, `-- --batch` only the batch rows, e.g. to count instructions
 //! under `valgrind --tool=callgrind`, where the threaded rows' spinning
 //! threads would take hours). Two modes:
 //!
@@ -22,6 +22,12 @@
 //!   traffic of two cores. The device writes and reads only the words a
 //!   call uses, as a client does, so that the server, not the device
 //!   thread, is what limits the rate.
+//! * **round trip**: one port, a device thread and one server thread
+//!   taking turns, one call at a time, as a kernel's single waiting call
+//!   meets its server: ns per call, beside a floor of the same two threads
+//!   where the server only opens the port and hands it back (no frame
+//!   read, no reply words). What the server adds to a call's latency, the
+//!   lines the device wrote crossing to its core included.
 //! * **large slices without lent memory**: one lane passes a 64 MiB slice
 //!   by address (in, or an out-buffer back) to a server whose memory lends
 //!   nothing, as a GPU server's is for a slice its pinned budget cannot hold;
@@ -320,6 +326,62 @@ fn threaded(w: Workload, ports: u32, calls: u64) -> f64 {
     calls as f64 / t.elapsed().as_secs_f64()
 }
 
+/// One port, calls one at a time: the device thread writes a call of
+/// `lanes` lanes (`None`: a bare flip, the floor), hands the port over and
+/// waits for the reply, `calls` times, while one server thread serves
+/// (`None`: only opens the port and hands it back with an inline 0). ns per
+/// call.
+fn round_trip(w: Option<Workload>, lanes: u32, calls: u64) -> f64 {
+    let d = dispatcher(true);
+    let region = CpuRegion::new(Layout::new(1, 32).unwrap());
+    let done = AtomicBool::new(false);
+    let mask = if lanes == 64 { u64::MAX } else { (1u64 << lanes) - 1 };
+    let mut took = 0.0;
+    std::thread::scope(|s| {
+        let server = s.spawn(|| match w {
+            Some(_) => d.serve_until(&region.server(), 0, 1, &done).expect("no abort"),
+            None => {
+                let server = region.server();
+                let mut served = 0;
+                // Acquire: the device's last flip is seen before `done`.
+                while !done.load(Ordering::Acquire) || server.pending(0) {
+                    if let Some(port) = server.try_open(0..1) {
+                        let port = port.recv_each_word(0..0, |_, _, _| ()).expect("no abort");
+                        port.send_inline(0).expect("no abort").close();
+                        served += 1;
+                    }
+                }
+                served
+            }
+        });
+        // SAFETY: no client uses the region; this thread plays the device.
+        let dev = unsafe { RawDevice::new(&region) };
+        let t = Instant::now();
+        for n in 0..calls {
+            if let Some(w) = w {
+                dev.set_header(0, w.desc().opcode, mask);
+                for l in 0..lanes {
+                    w.write(&dev, 0, 0, l, n);
+                }
+            }
+            dev.flip(0);
+            while !dev.owned(0) {
+                std::hint::spin_loop();
+            }
+            if let Some(w) = w {
+                for l in 0..lanes {
+                    w.check(&dev, 0, l, n);
+                }
+            }
+        }
+        took = t.elapsed().as_secs_f64();
+        // Release: the server's last pass sees every flip above.
+        done.store(true, Ordering::Release);
+        assert_eq!(server.join().unwrap(), calls);
+    });
+    took * 1e9 / calls as f64
+}
+
 /// This process's memory, copied as the CPU backend copies it but never
 /// lent: the server keeps direct slices in its own buffers.
 struct NoLoans;
@@ -471,6 +533,11 @@ fn main() {
         large_file_writes(quick);
         return;
     }
+    // `--round-trip`: only the round trips (e.g. to alternate two builds).
+    if args.iter().any(|a| a == "--round-trip") {
+        round_trips(quick, wanted);
+        return;
+    }
     let reps = if quick { 20 } else { 400 };
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     println!("Host cost per warp-call, synthetic device, {cores} cores, {reps} polls per row\n");
@@ -557,6 +624,7 @@ fn main() {
     if only.is_none() {
         large_file_writes(quick);
     }
+    round_trips(quick, wanted);
     let calls = if quick { 20_000 } else { 400_000 };
     println!("\nThreaded: a device thread keeps the ports busy, one server thread, {calls} warp-calls of 32 lanes\n");
     println!("| workload | ports | M warp-calls/s | ns per warp-call |");
@@ -579,6 +647,38 @@ fn main() {
             lo / 1e6,
             hi / 1e6,
             1e9 / m
+        );
+    }
+}
+
+/// The "Round trip" table: the floor, then 1- and 32-lane calls, 5 runs
+/// of `calls` each.
+fn round_trips(quick: bool, wanted: impl Fn(Workload) -> bool) {
+    let calls = if quick { 2_000 } else { 50_000 };
+    println!(
+        "\nRound trip: one port, a device thread and one server thread taking turns, {calls} calls a run, 5 runs, \
+         ns per call\n"
+    );
+    println!("| workload | lanes | ns per call, median [min, max] | / floor |");
+    println!("|---|---:|---:|---:|");
+    let run = |w: Option<Workload>, lanes: u32| {
+        let mut r: Vec<f64> = (0..5).map(|_| round_trip(w, lanes, calls)).collect();
+        stats(&mut r)
+    };
+    let floor = run(None, 1);
+    println!(
+        "| floor: the server opens the port and hands it back | 1 | {:.0} [{:.0}, {:.0}] | 1 |",
+        floor.0, floor.1, floor.2
+    );
+    for (w, lanes) in [(Workload::Noop, 1), (Workload::Incr, 1), (Workload::Incr, 32)] {
+        if !wanted(w) {
+            continue;
+        }
+        let (m, lo, hi) = run(Some(w), lanes);
+        println!(
+            "| {} | {lanes} | {m:.0} [{lo:.0}, {hi:.0}] | {:.2} |",
+            w.name(),
+            m / floor.0
         );
     }
 }
