@@ -2089,6 +2089,7 @@ impl<'p, 'a> Port<'p, 'a, ServerSide, Received> {
 
     /// Receive further packets (the same count for every lane; the server
     /// computes it from what the client declared) into `use_(lane, i, buffer)`.
+    #[inline]
     pub fn recv_packets(self, packets: u64, mut use_: impl FnMut(u32, u64, &Buffer)) -> Result<Self, Abandoned> {
         let mut port = self;
         for i in 0..packets {
@@ -2200,6 +2201,7 @@ impl<'p, 'a, St: ServerCanSend> Port<'p, 'a, ServerSide, St> {
 impl<'p, 'a> Port<'p, 'a, ServerSide, Sent> {
     /// Send further packets (same count for all lanes) filled by
     /// `fill(lane, i, buffer)`.
+    #[inline]
     pub fn send_packets(self, packets: u64, mut fill: impl FnMut(u32, u64, &mut Buffer)) -> Result<Self, Abandoned> {
         let mut port = self;
         for i in 0..packets {
