@@ -880,7 +880,7 @@ fn garbage_in_the_region_is_refused_and_the_region_stays_usable() {
     }
     .pack();
     // (port, opcode, mask, packets, status, lanes answered, message)
-    type Injection = (u32, u32, u64, Vec<(u32, Buffer)>, Status, u64, &'static str);
+    type Injection = (u32, u32, u64, Vec<(u32, Buffer)>, Status, u64, String);
     let cases: Vec<Injection> = vec![
         (
             1,
@@ -889,7 +889,7 @@ fn garbage_in_the_region_is_refused_and_the_region_stays_usable() {
             vec![(0, frame(add, &args))],
             Status::InvalidLaneMask,
             0,
-            "empty lane mask",
+            "empty lane mask".to_string(),
         ),
         (
             2,
@@ -898,7 +898,7 @@ fn garbage_in_the_region_is_refused_and_the_region_stays_usable() {
             vec![(0, frame(add, &args))],
             Status::InvalidLaneMask,
             0b1,
-            "names lanes the layout lacks (0x10)",
+            "names lanes the layout lacks (0x10)".to_string(),
         ),
         (
             3,
@@ -907,16 +907,17 @@ fn garbage_in_the_region_is_refused_and_the_region_stays_usable() {
             vec![],
             Status::InvalidLaneMask,
             0b1111,
-            "lane mask 0xffffffffffffffff",
+            "lane mask 0xffffffffffffffff".to_string(),
         ),
         (
             4,
             RelRpc::ADD.opcode,
-            0b11,
-            vec![(0, frame(add, &args)), (1, frame(sum, &[0; 8]))],
+            0b1110,
+            vec![(1, frame(add, &args)), (2, frame(add, &args)), (3, frame(sum, &[0; 8]))],
             Status::BadFrame,
-            0b11,
-            "lanes disagree on the frame word",
+            0b1110,
+            // The first lane of the call, and the first that disagrees.
+            format!("lanes disagree on the frame word (lane 1: {add:#018x}, lane 3: {sum:#018x})"),
         ),
         (
             5,
@@ -925,7 +926,7 @@ fn garbage_in_the_region_is_refused_and_the_region_stays_usable() {
             vec![(0, frame(wrong_version.pack(), &args))],
             Status::BadFrame,
             0b1,
-            "frame version 127",
+            "frame version 127".to_string(),
         ),
         (
             6,
@@ -934,7 +935,7 @@ fn garbage_in_the_region_is_refused_and_the_region_stays_usable() {
             vec![(0, frame(unknown_reply, &[1; 4])), (2, frame(unknown_reply, &[2; 4]))],
             Status::UnknownOpcode,
             0b101,
-            "unknown opcode",
+            "unknown opcode".to_string(),
         ),
         (
             7,
@@ -943,7 +944,7 @@ fn garbage_in_the_region_is_refused_and_the_region_stays_usable() {
             vec![(0, frame(unknown_async, &[]))],
             Status::UnknownOpcode,
             0,
-            "unknown opcode",
+            "unknown opcode".to_string(),
         ),
     ];
     for (port, opcode, mask, packets, status, answered, text) in &cases {

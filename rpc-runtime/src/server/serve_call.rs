@@ -40,14 +40,20 @@ impl Dispatcher {
         let lanes = port.lanes();
         let method_name = method.map(|(_, _, info)| info.path);
 
-        // Frame packet.
-        let mut words = [0u64; MAX_LANES as usize];
-        // The frame word first; the rest of packet 0 is read once the frame
-        // is known to be good, straight into the argument blocks.
-        let port = port.recv_each_word(0..1, |lane, _, v| words[lane as usize] = v)?;
-
+        // Frame packet: the frame word first (the first lane's, and the
+        // first lane that disagrees with it, if one does; the lanes come in
+        // order); the rest of packet 0 is read once the frame is known to be
+        // good, straight into the argument blocks.
         let first_lane = lanes.trailing_zeros();
-        let word = if lanes == 0 { 0 } else { words[first_lane as usize] };
+        let mut word = 0;
+        let mut disagrees = None;
+        let port = port.recv_each_word(0..1, |lane, _, v| {
+            if lane == first_lane {
+                word = v;
+            } else if v != word && disagrees.is_none() {
+                disagrees = Some((lane, v));
+            }
+        })?;
         let frame = FrameWord::unpack(word);
         let bad = if raw_mask == 0 {
             Some((Status::InvalidLaneMask, "empty lane mask".to_string()))
@@ -79,13 +85,10 @@ impl Dispatcher {
                 ),
             ))
         } else {
-            iter_lanes(lanes).find(|&l| words[l as usize] != word).map(|l| {
+            disagrees.map(|(l, v)| {
                 (
                     Status::BadFrame,
-                    format!(
-                        "lanes disagree on the frame word (lane {first_lane}: {word:#018x}, lane {l}: {:#018x})",
-                        words[l as usize]
-                    ),
+                    format!("lanes disagree on the frame word (lane {first_lane}: {word:#018x}, lane {l}: {v:#018x})"),
                 )
             })
         };
