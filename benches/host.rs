@@ -241,7 +241,7 @@ fn batch(w: Workload, lanes: u32, ports: u32, reps: u32, metrics: bool) -> (f64,
     // SAFETY: no client uses the region; this thread plays the device.
     let dev = unsafe { RawDevice::new(&region) };
     let server = region.server();
-    let mask = if lanes == 64 { u64::MAX } else { (1u64 << lanes) - 1 };
+    let mask = (1u64 << lanes) - 1;
     let mut times = Vec::new();
     for rep in 0..reps as u64 {
         for p in 0..ports {
@@ -278,6 +278,19 @@ fn scan(ports: u32, reps: u32) -> (f64, f64, f64) {
 
 /// Threaded mode: a device thread keeps `ports` ports busy with `calls`
 /// warp-calls in all while one server thread serves; warp-calls per second.
+/// Ends the server thread of a bench: sets its `done` flag when dropped,
+/// at the end of the device thread's loop, and also when a wrong reply
+/// panics there (the server then stops and the panic reaches the bench
+/// instead of leaving it waiting for the server).
+struct Finish<'a>(&'a AtomicBool);
+
+impl Drop for Finish<'_> {
+    fn drop(&mut self) {
+        // Release: the server's last pass sees every flip before this.
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 fn threaded(w: Workload, ports: u32, calls: u64) -> f64 {
     let d = Arc::new(dispatcher(true));
     let region = CpuRegion::new(Layout::new(ports, 32).unwrap());
@@ -285,6 +298,7 @@ fn threaded(w: Workload, ports: u32, calls: u64) -> f64 {
     let t = Instant::now();
     std::thread::scope(|s| {
         let server = s.spawn(|| d.serve_until(&region.server(), 0, 1, &done));
+        let finish = Finish(&done);
         // SAFETY: no client uses the region; this thread plays the device.
         let dev = unsafe { RawDevice::new(&region) };
         // Per port: the call number and the next packet to send.
@@ -319,8 +333,7 @@ fn threaded(w: Workload, ports: u32, calls: u64) -> f64 {
                 *step += 1;
             }
         }
-        // Release: the server's last pass sees every flip above.
-        done.store(true, Ordering::Release);
+        drop(finish);
         assert_eq!(server.join().unwrap().expect("no abort"), calls);
     });
     calls as f64 / t.elapsed().as_secs_f64()
@@ -332,10 +345,11 @@ fn threaded(w: Workload, ports: u32, calls: u64) -> f64 {
 /// (`None`: only opens the port and hands it back with an inline 0). ns per
 /// call.
 fn round_trip(w: Option<Workload>, lanes: u32, calls: u64) -> f64 {
+    assert!((1..=32).contains(&lanes), "a call of 1 to 32 lanes");
     let d = dispatcher(true);
     let region = CpuRegion::new(Layout::new(1, 32).unwrap());
     let done = AtomicBool::new(false);
-    let mask = if lanes == 64 { u64::MAX } else { (1u64 << lanes) - 1 };
+    let mask = (1u64 << lanes) - 1;
     let mut took = 0.0;
     std::thread::scope(|s| {
         let server = s.spawn(|| match w {
@@ -354,6 +368,7 @@ fn round_trip(w: Option<Workload>, lanes: u32, calls: u64) -> f64 {
                 served
             }
         });
+        let finish = Finish(&done);
         // SAFETY: no client uses the region; this thread plays the device.
         let dev = unsafe { RawDevice::new(&region) };
         let t = Instant::now();
@@ -375,8 +390,7 @@ fn round_trip(w: Option<Workload>, lanes: u32, calls: u64) -> f64 {
             }
         }
         took = t.elapsed().as_secs_f64();
-        // Release: the server's last pass sees every flip above.
-        done.store(true, Ordering::Release);
+        drop(finish);
         assert_eq!(server.join().unwrap(), calls);
     });
     took * 1e9 / calls as f64
@@ -412,6 +426,7 @@ fn large(input: bool, len: usize, keep: usize, calls: u32) -> (f64, f64, f64) {
     let mut rates = Vec::new();
     std::thread::scope(|s| {
         let server = s.spawn(|| d.serve_until(&region.server().with_memory(&NoLoans), 0, 1, &done));
+        let finish = Finish(&done);
         // SAFETY: no client uses the region; this thread plays the device.
         let dev = unsafe { RawDevice::new(&region) };
         for _ in 0..calls {
@@ -436,8 +451,7 @@ fn large(input: bool, len: usize, keep: usize, calls: u32) -> (f64, f64, f64) {
             assert_eq!((dev.status(0, 0), reply.data[1]), (Status::Ok, len as u64));
             assert!(input || data.iter().all(|&b| b == 1), "an out-buffer arrived wrong");
         }
-        // Release: the server's last pass sees every flip above.
-        done.store(true, Ordering::Release);
+        drop(finish);
         assert_eq!(server.join().unwrap().expect("no abort"), calls as u64);
     });
     stats(&mut rates)
@@ -464,6 +478,7 @@ fn warp_out(lanes: u32, len: usize, lane_threads: usize, calls: u32) -> (f64, f6
     let memory = gpu_rpc::cpu::ProcessMemory;
     std::thread::scope(|s| {
         let server = s.spawn(|| d.serve_until(&region.server().with_memory(&memory), 0, 1, &done));
+        let finish = Finish(&done);
         // SAFETY: no client uses the region; this thread plays the device.
         let dev = unsafe { RawDevice::new(&region) };
         for _ in 0..calls {
@@ -492,8 +507,7 @@ fn warp_out(lanes: u32, len: usize, lane_threads: usize, calls: u32) -> (f64, f6
             }
             assert!(data.iter().all(|&b| b == 1), "an out-buffer arrived wrong");
         }
-        // Release: the server's last pass sees every flip above.
-        done.store(true, Ordering::Release);
+        drop(finish);
         assert_eq!(server.join().unwrap().expect("no abort"), calls as u64);
     });
     stats(&mut rates)

@@ -913,11 +913,16 @@ fn garbage_in_the_region_is_refused_and_the_region_stays_usable() {
             4,
             RelRpc::ADD.opcode,
             0b1110,
-            vec![(1, frame(add, &args)), (2, frame(add, &args)), (3, frame(sum, &[0; 8]))],
+            vec![
+                (1, frame(add, &args)),
+                (2, frame(sum, &[0; 8])),
+                (3, frame(wrong_version.pack(), &args)),
+            ],
             Status::BadFrame,
             0b1110,
-            // The first lane of the call, and the first that disagrees.
-            format!("lanes disagree on the frame word (lane 1: {add:#018x}, lane 3: {sum:#018x})"),
+            // The first lane of the call, and the first of the two that
+            // disagree with it.
+            format!("lanes disagree on the frame word (lane 1: {add:#018x}, lane 2: {sum:#018x})"),
         ),
         (
             5,

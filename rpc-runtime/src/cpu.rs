@@ -71,10 +71,23 @@ impl CpuRegion {
     }
 
     /// The client side of the region.
+    ///
+    /// # Panics
+    /// If the layout has fewer lanes than a client's warp
+    /// ([`lanes::LANE_SIZE`](crate::lanes::LANE_SIZE): 1 for host threads,
+    /// 32 under the simulated warp of `--cfg gpu_rpc_simt`), whose lanes
+    /// would write past the packets.
     pub fn client(&self) -> Client<'_> {
+        let warp = crate::lanes::LANE_SIZE;
+        assert!(
+            self.layout.lane_size() >= warp,
+            "a layout of {} lanes cannot serve a client warp of {warp}",
+            self.layout.lane_size()
+        );
         // SAFETY: the region is laid out by `layout`, 64-byte aligned, zeroed
         // and lives as long as the returned client borrows `self`; the client
-        // lock array is used by clients only.
+        // lock array is used by clients only; the layout has a lane for
+        // every lane of the client's warp (checked above).
         unsafe {
             Client::from_parts(
                 self.layout,

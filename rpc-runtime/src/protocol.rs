@@ -1087,7 +1087,9 @@ impl<'a> Client<'a> {
     /// # Safety
     /// The parts must describe a region laid out by `layout`, valid for `'a`;
     /// `locks` must point to [`client_local_words`]`(port_count)` zeroed words
-    /// used by this client side only (all clients of one region share them).
+    /// used by this client side only (all clients of one region share them);
+    /// `layout.lane_size()` must be this target's [`lanes::LANE_SIZE`] or
+    /// larger (each lane of a warp writes its own buffer).
     pub unsafe fn from_parts(layout: Layout, parts: Parts, locks: *const AtomicU32) -> Self {
         Client {
             p: Process {
@@ -1342,8 +1344,9 @@ impl<'a> Server<'a> {
         {
             use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
             let header = self.p.header(index) as *const SharedHeader as *const i8;
-            // SAFETY: a prefetch neither reads nor writes memory as the
-            // program sees it and never faults; the addresses are the
+            // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 CPU
+            // has; a prefetch neither reads nor writes memory as the
+            // program sees it and never faults. The addresses are the
             // port's header and the first line of each of its packet's
             // first `words` rows.
             unsafe {

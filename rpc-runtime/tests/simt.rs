@@ -978,3 +978,20 @@ fn sim_reports_a_lane_panic_and_stops_the_others() {
     .unwrap_err();
     assert!(err.contains("lane five failed"), "{err}");
 }
+
+/// A region whose layout has fewer lanes than the simulated warp has no
+/// buffer for the upper lanes: handing it to a warp's client is refused
+/// before any lane can write past the packets.
+#[test]
+fn a_layout_narrower_than_the_warp_has_no_client() {
+    let region = CpuRegion::new(Layout::new(2, 4).unwrap());
+    let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        region.client();
+    }))
+    .expect_err("a 4-lane layout under a 32-lane warp");
+    let message = refused.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert_eq!(message, "a layout of 4 lanes cannot serve a client warp of 32");
+    assert_eq!(lanes::LANE_SIZE, 32);
+    // A layout as wide as the warp has one.
+    CpuRegion::new(Layout::new(2, 32).unwrap()).client();
+}

@@ -51,6 +51,7 @@ impl Dispatcher {
             if lane == first_lane {
                 word = v;
             } else if v != word && disagrees.is_none() {
+                debug_assert!(lane > first_lane, "the row's lanes come in order");
                 disagrees = Some((lane, v));
             }
         })?;
