@@ -97,6 +97,23 @@ impl LaneRecords {
         }
     }
 
+    /// Word `k` of every lane's record, as [`word`](Self::word) gives it,
+    /// with what does not depend on the lane worked out once: the reply's
+    /// rows are written from these, a load and a mask a lane.
+    #[inline]
+    pub(crate) fn column(&self, k: usize) -> WordColumn<'_> {
+        // The record's bytes in word `k` (0 when the record ends before it).
+        let n = self.len.saturating_sub(8 * k);
+        WordColumn {
+            bytes: &self.bytes,
+            at: 8 * k,
+            stride: self.stride,
+            // No lane has a word the record does not reach.
+            count: if n == 0 { 0 } else { self.count },
+            mask: if n >= 8 { u64::MAX } else { (1u64 << (8 * n)) - 1 },
+        }
+    }
+
     /// Lane `lane`'s record, to write (empty for a lane `reset` made no
     /// room for).
     #[inline]
@@ -106,6 +123,40 @@ impl LaneRecords {
             Some(at) => unsafe { self.bytes.get_unchecked_mut(at..at + self.len) },
             None => &mut [],
         }
+    }
+}
+
+/// Word `k` of every lane's record ([`LaneRecords::column`]).
+pub(crate) struct WordColumn<'r> {
+    bytes: &'r [u8],
+    /// `8 * k`.
+    at: usize,
+    stride: usize,
+    /// Lanes with the word: the records' `count`, or 0 when `8 * k` is not
+    /// below the records' length. So a lane below `count` has the whole
+    /// word inside `bytes`: `8 * k < len <= stride`, `stride` a whole number
+    /// of words, so `at + 8 <= stride`, inside the lane's stride, inside
+    /// `bytes` (the records' invariant on `count`).
+    count: usize,
+    /// The record's bytes of the word (all of them but in the last word of
+    /// a record that is not a whole number of words).
+    mask: u64,
+}
+
+impl WordColumn<'_> {
+    /// Lane `lane`'s word (0 for a lane without a record or a record that
+    /// ends before the word).
+    #[inline(always)]
+    pub(crate) fn get(&self, lane: u32) -> u64 {
+        if (lane as usize) >= self.count {
+            return 0;
+        }
+        let at = lane as usize * self.stride + self.at;
+        let mut b = [0; 8];
+        // SAFETY: a lane below `count` has the whole word inside `bytes`
+        // (the invariant on `count`).
+        b.copy_from_slice(unsafe { self.bytes.get_unchecked(at..at + 8) });
+        u64::from_le_bytes(b) & self.mask
     }
 }
 
@@ -193,6 +244,11 @@ mod tests {
                             r.word(lane, k),
                             u64::from_le_bytes(w),
                             "len {len}, lane {lane}, word {k}"
+                        );
+                        assert_eq!(
+                            r.column(k).get(lane),
+                            u64::from_le_bytes(w),
+                            "column: len {len}, lane {lane}, word {k}"
                         );
                     }
                 }

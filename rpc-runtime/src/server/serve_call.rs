@@ -489,13 +489,17 @@ impl Dispatcher {
         // Reply: status + return value (zeros where the method stored none),
         // inline in the outbox word when every lane has the same small one.
         let rets = &*call.rets.borrow();
-        let words = iter_lanes(call.lanes).map(|lane| rets.word(lane, 0));
+        // The first word of the return values (most return one word or
+        // less), with its per-lane checks made once.
+        let first = rets.column(0);
+        let words = iter_lanes(call.lanes).map(|lane| first.get(lane));
         let port = match call::inline_reply(call.ok == call.lanes, ret_len, words) {
             Some(value) => port.send_inline(value)?,
             None => {
                 let reply_words = 1 + ret_len.min(call::FIRST_PAYLOAD).div_ceil(8);
                 port.send_each_word(reply_words, |lane, w| match w {
                     0 => call.status[lane as usize] as u32 as u64 | (call.detail[lane as usize] as u64) << 32,
+                    1 => first.get(lane),
                     _ => rets.word(lane, w - 1),
                 })?
             }
