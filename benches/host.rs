@@ -276,8 +276,6 @@ fn scan(ports: u32, reps: u32) -> (f64, f64, f64) {
     stats(&mut times)
 }
 
-/// Threaded mode: a device thread keeps `ports` ports busy with `calls`
-/// warp-calls in all while one server thread serves; warp-calls per second.
 /// Ends the server thread of a bench: sets its `done` flag when dropped,
 /// at the end of the device thread's loop, and also when a wrong reply
 /// panics there (the server then stops and the panic reaches the bench
@@ -291,6 +289,8 @@ impl Drop for Finish<'_> {
     }
 }
 
+/// Threaded mode: a device thread keeps `ports` ports busy with `calls`
+/// warp-calls in all while one server thread serves; warp-calls per second.
 fn threaded(w: Workload, ports: u32, calls: u64) -> f64 {
     let d = Arc::new(dispatcher(true));
     let region = CpuRegion::new(Layout::new(ports, 32).unwrap());
@@ -381,6 +381,12 @@ fn round_trip(w: Option<Workload>, lanes: u32, calls: u64) -> f64 {
             }
             dev.flip(0);
             while !dev.owned(0) {
+                // A server thread that panicked hands nothing back: fail
+                // instead of waiting for ever (CI runs this).
+                assert!(
+                    !server.is_finished(),
+                    "the server thread ended before call {n} was answered"
+                );
                 std::hint::spin_loop();
             }
             if let Some(w) = w {
