@@ -241,7 +241,7 @@ fn batch(w: Workload, lanes: u32, ports: u32, reps: u32, metrics: bool) -> (f64,
     // SAFETY: no client uses the region; this thread plays the device.
     let dev = unsafe { RawDevice::new(&region) };
     let server = region.server();
-    let mask = u64::MAX >> (64 - lanes);
+    let mask = region.layout().full_lane_mask();
     let mut times = Vec::new();
     for rep in 0..reps as u64 {
         for p in 0..ports {

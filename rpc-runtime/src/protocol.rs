@@ -1252,6 +1252,7 @@ impl<'a> Client<'a> {
 /// ([`Server::try_open`]): the frame words and the first argument words,
 /// which decoding reads first.
 const PREFETCH_WORDS: usize = 2;
+const _: () = assert!(PREFETCH_WORDS <= BUFFER_WORDS);
 
 impl<'a> Server<'a> {
     /// A server over `parts`.
@@ -1330,15 +1331,15 @@ impl<'a> Server<'a> {
     }
 
     /// Ask the CPU to start loading port `index`'s header and, of each of
-    /// the first `words` rows of its packet (word `w` of every lane), the
-    /// line that holds the low lanes': the lines a call of one lane is read
+    /// the first [`PREFETCH_WORDS`] rows of its packet (word `w` of every
+    /// lane), the line that holds the low lanes': the lines a call of one lane is read
     /// from, which would otherwise each be a miss of its own, one after
     /// another (the rest of a wide call's rows follow in order, which the
     /// CPU's own prefetcher streams). A hint only: it reads nothing as the
     /// program sees it, changes nothing and is nothing on targets without
     /// a prefetch instruction.
     #[inline(always)]
-    fn prefetch(&self, index: u32, words: usize) {
+    fn prefetch(&self, index: u32) {
         debug_assert!(index < self.p.layout.port_count);
         #[cfg(all(target_arch = "x86_64", not(loom)))]
         {
@@ -1348,16 +1349,16 @@ impl<'a> Server<'a> {
             // has; a prefetch neither reads nor writes memory as the
             // program sees it and never faults. The addresses are the
             // port's header and the first line of each of its packet's
-            // first `words` rows.
+            // first `PREFETCH_WORDS` rows (fewer than its `BUFFER_WORDS`).
             unsafe {
                 _mm_prefetch::<_MM_HINT_T0>(header);
-                for w in 0..words.min(BUFFER_WORDS) {
+                for w in 0..PREFETCH_WORDS {
                     _mm_prefetch::<_MM_HINT_T0>(self.p.word(index, 0, w) as *const AtomicU64 as *const i8);
                 }
             }
         }
         #[cfg(not(all(target_arch = "x86_64", not(loom))))]
-        let _ = (index, words);
+        let _ = index;
     }
 
     /// Find a port in `range` with a call waiting for the server and open it.
@@ -1371,7 +1372,7 @@ impl<'a> Server<'a> {
             }
             // The lines the call is read from, asked for at once, before
             // the lock and the header's read.
-            self.prefetch(index, PREFETCH_WORDS);
+            self.prefetch(index);
             if self.p.try_lock(1, index, true).is_none() {
                 continue;
             }
